@@ -1,0 +1,1 @@
+"""Lambda entry points, the project's declarations and its example jobs."""

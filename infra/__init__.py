@@ -1,0 +1,1 @@
+"""Deploy-time CDK constructs. Nothing at runtime imports this package."""

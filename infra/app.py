@@ -1,0 +1,56 @@
+"""Build the CDK app: context from cdk.json, the stack from the topology, cdk-nag as a validation."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import App, Validations
+from aws_cdk import aws_logs as logs
+from cdk_nag import AwsSolutionsChecks
+
+from conveyor.declarations import DeclarationError, Topology
+from infra.stack import ConveyorStack
+
+CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
+STACK_NAME = "Conveyor"
+POWERTOOLS_LAYER_CONTEXT = "conveyor:powertools-layer-version"
+LOG_RETENTION_CONTEXT = "conveyor:log-retention"
+
+
+def project_context() -> dict[str, Any]:
+    """cdk.json's context, read here too so `python app.py` and tests synth like the CLI does."""
+    context: dict[str, Any] = json.loads(CDK_JSON.read_text())["context"]
+    return context
+
+
+def _log_retention(name: object) -> logs.RetentionDays:
+    try:
+        return logs.RetentionDays[str(name)]
+    except KeyError as error:
+        valid = ", ".join(r.name for r in logs.RetentionDays)
+        raise DeclarationError(f"cdk.json {LOG_RETENTION_CONTEXT}={name!r}: not one of {valid}") from error
+
+
+def _layer_version(version: object) -> int:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise DeclarationError(f"cdk.json {POWERTOOLS_LAYER_CONTEXT}={version!r}: expected a positive integer")
+    return version
+
+
+def build_app(topology: Topology, *, outdir: str | None = None) -> App:
+    """The app with its one stack and AwsSolutions checks that fail synth on any unacknowledged error."""
+    app = App(outdir=outdir, context=project_context())
+    ConveyorStack(
+        app,
+        STACK_NAME,
+        topology=topology,
+        powertools_layer_version=_layer_version(app.node.try_get_context(POWERTOOLS_LAYER_CONTEXT)),
+        log_retention=_log_retention(app.node.try_get_context(LOG_RETENTION_CONTEXT)),
+    )
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app
+
+
+def is_validation_failure(error: RuntimeError) -> bool:
+    """jsii surfaces a failed validation plugin (cdk-nag) as a RuntimeError naming ValidationFailed."""
+    return "ValidationFailed" in str(error)

@@ -1,0 +1,57 @@
+"""The Conveyor stack: composes one construct per concern from the project's declarations."""
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from conveyor import outputs
+from conveyor.declarations import Topology
+from infra.alarm_topic import AlarmTopic
+from infra.idempotency_table import IdempotencyTable
+from infra.job_queue import JobQueue
+from infra.worker_package import WorkerPackage
+
+
+class ConveyorStack(Stack):
+    """Adding a queue to the topology adds its JobQueue here; the stack lists no resources."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        topology: Topology,
+        powertools_layer_version: int,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            description="Conveyor: background jobs on SQS, Lambda and DynamoDB",
+        )
+        alarms = AlarmTopic(self, "Alarms")
+        idempotency = IdempotencyTable(self, "Idempotency")
+        package = WorkerPackage(self, "WorkerPackage", powertools_layer_version=powertools_layer_version)
+        self.job_queues = {
+            declaration.name: JobQueue(
+                self,
+                f"Queue-{declaration.name}",
+                declaration=declaration,
+                max_receive_count=topology.max_receive_count(declaration.name),
+                package=package,
+                idempotency_table=idempotency.table,
+                alarm_topic=alarms.topic,
+                log_retention=log_retention,
+            )
+            for declaration in topology.queues
+        }
+        CfnOutput(self, outputs.ALARM_TOPIC, value=alarms.topic.topic_arn)
+        CfnOutput(self, outputs.IDEMPOTENCY_TABLE, value=idempotency.table.table_name)
+        for name, job_queue in self.job_queues.items():
+            for resource, value in (
+                (outputs.QUEUE_URL, job_queue.queue.queue_url),
+                (outputs.DLQ_URL, job_queue.dlq.queue_url),
+                (outputs.WORKER_FUNCTION, job_queue.function.function_name),
+                (outputs.EVENT_SOURCE_MAPPING, job_queue.event_source.event_source_mapping_id),
+            ):
+                CfnOutput(self, outputs.queue_output_key(name, resource), value=value)

@@ -1,0 +1,1 @@
+"""Conveyor: production background jobs on SQS, Lambda and DynamoDB."""

@@ -1,0 +1,116 @@
+"""`jobs`: the operator's command line. Every command prints a table, or JSON with --json."""
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from conveyor.declarations import DeclarationError, Topology
+from conveyor.durations import format_duration
+from conveyor.loader import TOPOLOGY_ENV, load_topology
+
+
+def _render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
+    lines = [headers, *rows]
+    return "\n".join(
+        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+def _queue_rows(topology: Topology) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": queue.name,
+            "fifo": queue.fifo,
+            "job_types": [job.name for job in topology.job_types_on(queue.name)],
+            "age_objective_s": queue.age_objective.total_seconds(),
+            "batch_size": queue.batch_size,
+            "batching_window_s": queue.batching_window.total_seconds(),
+            "max_concurrency": queue.max_concurrency,
+            "reserved_concurrency": queue.reserved_concurrency,
+            "function_timeout_s": queue.function_timeout.total_seconds(),
+            "visibility_timeout_s": queue.effective_visibility_timeout.total_seconds(),
+            "retention_s": queue.retention.total_seconds(),
+            "max_attempts": topology.max_attempts(queue.name),
+            "max_receive_count": topology.max_receive_count(queue.name),
+        }
+        for queue in topology.queues
+    ]
+
+
+@click.group()
+@click.option(
+    "--topology",
+    "topology_spec",
+    envvar=TOPOLOGY_ENV,
+    default=None,
+    metavar="MODULE:ATTR",
+    help=f"Where the declarations live (default: ${TOPOLOGY_ENV} or functions.topology:TOPOLOGY).",
+)
+@click.pass_context
+def cli(ctx: click.Context, topology_spec: str | None) -> None:
+    """Operate Conveyor queues and jobs."""
+    ctx.obj = topology_spec
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_obj
+def topology(topology_spec: str | None, as_json: bool) -> None:
+    """Show the declared queues, the job types routed to them and their derived settings."""
+    try:
+        declared = load_topology(topology_spec)
+    except DeclarationError as error:
+        raise click.ClickException(str(error)) from error
+    rows = _queue_rows(declared)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    headers = (
+        "QUEUE",
+        "JOB TYPES",
+        "AGE SLO",
+        "BATCH",
+        "WINDOW",
+        "CONC",
+        "RESERVED",
+        "TIMEOUT",
+        "VISIBILITY",
+        "ATTEMPTS",
+        "REDRIVE AT",
+    )
+    table = [
+        (
+            queue.name + (" (fifo)" if queue.fifo else ""),
+            ",".join(row["job_types"]) or "-",
+            format_duration(queue.age_objective),
+            str(queue.batch_size),
+            format_duration(queue.batching_window),
+            str(queue.max_concurrency),
+            str(queue.reserved_concurrency or "-"),
+            format_duration(queue.function_timeout),
+            format_duration(queue.effective_visibility_timeout),
+            str(row["max_attempts"]),
+            str(row["max_receive_count"]),
+        )
+        for queue, row in zip(declared.queues, rows, strict=True)
+    ]
+    click.echo(_render_table(headers, table))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry: errors are one line on stderr and a non-zero exit, never a traceback."""
+    # The project's declarations (functions.topology) live in the working directory.
+    sys.path.insert(0, os.getcwd())
+    try:
+        cli.main(args=argv, prog_name="jobs", standalone_mode=False)
+    except click.ClickException as error:
+        click.echo(f"jobs: {error.format_message()}", err=True)
+        sys.exit(error.exit_code)
+    except click.Abort:
+        click.echo("jobs: aborted", err=True)
+        sys.exit(130)

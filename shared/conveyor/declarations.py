@@ -1,0 +1,260 @@
+"""Declarations of queues and job types: the single source the stack, the runtime and the CLI read.
+
+A declaration is a frozen value checked when it is built, so a setting that cannot be
+deployed fails at import with one line naming the declaration and the rule it breaks,
+long before CloudFormation would reject it (or, worse, accept it and lose messages).
+"""
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from conveyor import limits
+from conveyor.durations import format_duration
+
+QUEUE_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+JOB_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+# The harness counts attempts itself and dead-letters with a reason when they run out.
+# The queue's redrive policy is only a backstop for what the harness cannot see (a crash,
+# a timeout), so it sits this many receives above the highest declared attempt count.
+REDRIVE_BACKSTOP_MARGIN = 3
+# Upper bound on declared attempts: Sidekiq's default of 25 spans about three weeks of
+# backoff, and anything longer belongs in a schedule, not a retry loop.
+MAX_ATTEMPTS_LIMIT = 25
+
+
+class DeclarationError(ValueError):
+    """A declaration that cannot be deployed or run; the message names it and the rule."""
+
+
+def _require(condition: bool, where: str, rule: str) -> None:
+    if not condition:
+        raise DeclarationError(f"{where}: {rule}")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how far apart the harness retries a job before dead-lettering it.
+
+    Delays grow as ``base * 2**attempt`` up to ``cap``, with full jitter; the harness gives
+    up after ``max_attempts`` attempts or ``max_wall_time`` since enqueue, whichever is first.
+    """
+
+    max_attempts: int = 5
+    base: timedelta = timedelta(seconds=2)
+    cap: timedelta = timedelta(minutes=15)
+    max_wall_time: timedelta = timedelta(hours=24)
+
+    def check(self, where: str) -> None:
+        _require(
+            1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT,
+            where,
+            f"retry.max_attempts must be between 1 and {MAX_ATTEMPTS_LIMIT}, got {self.max_attempts}",
+        )
+        _require(self.base > timedelta(0), where, "retry.base must be positive")
+        _require(
+            self.base <= self.cap <= limits.SQS_MAX_VISIBILITY_TIMEOUT,
+            where,
+            f"retry.cap must lie between retry.base and the SQS visibility maximum of "
+            f"{format_duration(limits.SQS_MAX_VISIBILITY_TIMEOUT)}, got {format_duration(self.cap)}",
+        )
+        _require(self.max_wall_time > timedelta(0), where, "retry.max_wall_time must be positive")
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A work queue with its DLQ and its worker function.
+
+    ``age_objective`` is the latency promise: the oldest message should never wait longer,
+    and the queue's age alarm fires when it does. ``reserved_concurrency`` guarantees the
+    worker capacity no other function in the account can take.
+    """
+
+    name: str
+    age_objective: timedelta
+    function_timeout: timedelta = timedelta(seconds=30)
+    memory_mb: int = 256
+    batch_size: int = 10
+    batching_window: timedelta = timedelta(0)
+    max_concurrency: int = 10
+    reserved_concurrency: int | None = None
+    retention: timedelta = timedelta(days=4)
+    fifo: bool = False
+    visibility_timeout: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        where = f"queue {self.name!r}"
+        _require(
+            bool(QUEUE_NAME_PATTERN.match(self.name)),
+            where,
+            f"name must match {QUEUE_NAME_PATTERN.pattern}",
+        )
+        _require(
+            timedelta(seconds=1) <= self.function_timeout <= limits.LAMBDA_MAX_TIMEOUT,
+            where,
+            f"function_timeout must be between 1s and {format_duration(limits.LAMBDA_MAX_TIMEOUT)}",
+        )
+        _require(
+            limits.LAMBDA_MIN_MEMORY_MB <= self.memory_mb <= limits.LAMBDA_MAX_MEMORY_MB,
+            where,
+            f"memory_mb must be between {limits.LAMBDA_MIN_MEMORY_MB} and {limits.LAMBDA_MAX_MEMORY_MB}",
+        )
+        self._check_batching(where)
+        self._check_concurrency(where)
+        self._check_timing(where)
+
+    def _check_batching(self, where: str) -> None:
+        max_batch = limits.ESM_MAX_BATCH_SIZE_FIFO if self.fifo else limits.ESM_MAX_BATCH_SIZE_STANDARD
+        _require(
+            1 <= self.batch_size <= max_batch,
+            where,
+            f"batch_size must be between 1 and {max_batch} on a {'FIFO' if self.fifo else 'standard'} queue",
+        )
+        _require(
+            timedelta(0) <= self.batching_window <= limits.ESM_MAX_BATCHING_WINDOW,
+            where,
+            f"batching_window must be between 0 and {format_duration(limits.ESM_MAX_BATCHING_WINDOW)}",
+        )
+        _require(
+            not (self.fifo and self.batching_window),
+            where,
+            "a FIFO queue cannot have a batching_window (Lambda does not batch FIFO by time)",
+        )
+        _require(
+            self.batch_size <= limits.ESM_MAX_BATCH_SIZE_WITHOUT_WINDOW or bool(self.batching_window),
+            where,
+            f"batch_size above {limits.ESM_MAX_BATCH_SIZE_WITHOUT_WINDOW} needs a batching_window",
+        )
+
+    def _check_concurrency(self, where: str) -> None:
+        _require(
+            limits.ESM_MIN_MAX_CONCURRENCY <= self.max_concurrency <= limits.ESM_MAX_MAX_CONCURRENCY,
+            where,
+            f"max_concurrency must be between {limits.ESM_MIN_MAX_CONCURRENCY} and {limits.ESM_MAX_MAX_CONCURRENCY}",
+        )
+        _require(
+            self.reserved_concurrency is None or self.reserved_concurrency >= self.max_concurrency,
+            where,
+            f"reserved_concurrency ({self.reserved_concurrency}) must not be below max_concurrency "
+            f"({self.max_concurrency}), or the event source would be throttled by its own function",
+        )
+
+    def _check_timing(self, where: str) -> None:
+        _require(
+            limits.SQS_MIN_RETENTION <= self.retention < limits.SQS_MAX_RETENTION,
+            where,
+            f"retention must be at least {format_duration(limits.SQS_MIN_RETENTION)} and under "
+            f"{format_duration(limits.SQS_MAX_RETENTION)}, so the DLQ (which keeps the original enqueue "
+            "time) can retain messages longer than the source",
+        )
+        _require(
+            timedelta(0) < self.age_objective < self.retention,
+            where,
+            "age_objective must be positive and shorter than retention",
+        )
+        minimum = self.function_timeout * limits.VISIBILITY_TO_TIMEOUT_RATIO
+        _require(
+            self.effective_visibility_timeout >= minimum,
+            where,
+            f"visibility_timeout {format_duration(self.effective_visibility_timeout)} is under "
+            f"{limits.VISIBILITY_TO_TIMEOUT_RATIO} x function_timeout ({format_duration(minimum)})",
+        )
+        _require(
+            self.effective_visibility_timeout <= limits.SQS_MAX_VISIBILITY_TIMEOUT,
+            where,
+            f"visibility_timeout must not exceed {format_duration(limits.SQS_MAX_VISIBILITY_TIMEOUT)}",
+        )
+
+    @property
+    def effective_visibility_timeout(self) -> timedelta:
+        """The declared visibility timeout, or the AWS-recommended 6 x the function timeout."""
+        if self.visibility_timeout is not None:
+            return self.visibility_timeout
+        return self.function_timeout * limits.VISIBILITY_TO_TIMEOUT_RATIO
+
+
+@dataclass(frozen=True)
+class JobType:
+    """A kind of job and the queue it is routed to, with its retry policy and time budget."""
+
+    name: str
+    queue: str
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        where = f"job type {self.name!r}"
+        _require(
+            bool(JOB_NAME_PATTERN.match(self.name)),
+            where,
+            f"name must match {JOB_NAME_PATTERN.pattern}",
+        )
+        _require(
+            self.timeout is None or self.timeout > timedelta(0),
+            where,
+            "timeout must be positive",
+        )
+        self.retry.check(where)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The declared queues and job types, checked against each other as a whole."""
+
+    queues: tuple[Queue, ...]
+    job_types: tuple[JobType, ...] = ()
+
+    def __post_init__(self) -> None:
+        _require(bool(self.queues), "topology", "declare at least one queue")
+        _reject_duplicates("queue", (q.name for q in self.queues))
+        _reject_duplicates("job type", (j.name for j in self.job_types))
+        by_name = {q.name: q for q in self.queues}
+        for job in self.job_types:
+            where = f"job type {job.name!r}"
+            queue = by_name.get(job.queue)
+            if queue is None:
+                raise DeclarationError(
+                    f"{where}: routed to unknown queue {job.queue!r} (declared: {', '.join(sorted(by_name))})"
+                )
+            _require(
+                job.timeout is None or job.timeout <= queue.function_timeout,
+                where,
+                f"timeout exceeds the function_timeout of queue {queue.name!r} "
+                f"({format_duration(queue.function_timeout)})",
+            )
+            _require(
+                job.retry.max_wall_time <= queue.retention,
+                where,
+                f"retry.max_wall_time exceeds the retention of queue {queue.name!r} "
+                f"({format_duration(queue.retention)}); messages would expire before their last attempt",
+            )
+
+    def queue(self, name: str) -> Queue:
+        for queue in self.queues:
+            if queue.name == name:
+                return queue
+        raise DeclarationError(f"unknown queue {name!r}")
+
+    def job_types_on(self, queue_name: str) -> tuple[JobType, ...]:
+        return tuple(job for job in self.job_types if job.queue == queue_name)
+
+    def max_attempts(self, queue_name: str) -> int:
+        """The most attempts the harness makes on any job routed to the queue."""
+        attempts = [job.retry.max_attempts for job in self.job_types_on(queue_name)]
+        return max(attempts, default=RetryPolicy().max_attempts)
+
+    def max_receive_count(self, queue_name: str) -> int:
+        """The redrive policy's backstop: above every attempt count the harness will make."""
+        return max(
+            self.max_attempts(queue_name) + REDRIVE_BACKSTOP_MARGIN,
+            limits.MIN_MAX_RECEIVE_COUNT,
+        )
+
+
+def _reject_duplicates(kind: str, names: Iterable[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        _require(name not in seen, f"{kind} {name!r}", "declared twice")
+        seen.add(name)

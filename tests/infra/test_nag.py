@@ -1,0 +1,47 @@
+"""cdk-nag AwsSolutions runs on every synth: the project passes, and a violation fails synth."""
+
+import json
+from pathlib import Path
+
+import pytest
+from aws_cdk import Stack
+from aws_cdk import aws_sqs as sqs
+
+from infra.app import STACK_NAME, build_app, is_validation_failure
+from tests.fixtures.small_topology import TOPOLOGY as SMALL
+from tests.infra.conftest import Synthesized
+
+
+def test_project_passes_aws_solutions_checks(synthesized: Synthesized) -> None:
+    report = json.loads((synthesized.outdir / "validation-report.json").read_text())
+    failures = [plugin for plugin in report["pluginReports"] if plugin.get("conclusion") == "failure"]
+    assert failures == []
+
+
+def test_acknowledgments_sit_on_the_worker_policies_only_with_a_reason(synthesized: Synthesized) -> None:
+    metadata = json.loads((synthesized.outdir / f"{STACK_NAME}.metadata.json").read_text())
+    acknowledged = {
+        path: entry["data"]
+        for path, entries in metadata.items()
+        for entry in entries
+        if entry["type"] == "aws:cdk:acknowledged-rules"
+    }
+    expected_paths = {f"/{STACK_NAME}/Queue-{q.name}/WorkerRole/DefaultPolicy" for q in synthesized.topology.queues}
+    assert set(acknowledged) == expected_paths
+    for rules in acknowledged.values():
+        assert list(rules) == ["AwsSolutions::AwsSolutions-IAM5[Resource::*]"]
+        assert "X-Ray" in rules["AwsSolutions::AwsSolutions-IAM5[Resource::*]"]
+
+
+def test_unacknowledged_finding_fails_synth(tmp_path: Path) -> None:
+    app = build_app(SMALL, outdir=str(tmp_path))
+    # A queue with no DLQ and no TLS requirement: AwsSolutions-SQS3 and SQS4.
+    stack = app.node.find_child(STACK_NAME)
+    assert isinstance(stack, Stack)
+    sqs.Queue(stack, "Careless")
+    with pytest.raises(RuntimeError) as raised:
+        app.synth()
+    assert is_validation_failure(raised.value)
+    report = json.loads((tmp_path / "validation-report.json").read_text())
+    rules = {violation["ruleName"] for plugin in report["pluginReports"] for violation in plugin["violations"]}
+    assert {"AwsSolutions-SQS3", "AwsSolutions-SQS4"} <= rules

@@ -1,0 +1,292 @@
+"""The synthesized stack deploys each declared queue with the settings its declaration asks for."""
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Capture, Match
+
+from conveyor import limits, outputs
+from conveyor.settings import WorkerSettings
+from functions.topology import TOPOLOGY
+from infra.app import LOG_RETENTION_CONTEXT, POWERTOOLS_LAYER_CONTEXT, project_context
+from infra.job_queue import DLQ_RETENTION, IDEMPOTENCY_ACTIONS
+from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME
+from tests.infra.conftest import Synthesized
+
+QUEUE_NAMES = [queue.name for queue in TOPOLOGY.queues]
+ONE_MONTH_DAYS = 30
+
+
+def seconds(value: timedelta) -> int:
+    return int(value.total_seconds())
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_redrive_backstop_sits_above_the_harness_attempts(synthesized: Synthesized, name: str) -> None:
+    ids = synthesized.of_queue(name)
+    redrive = synthesized.properties(ids.queue)["RedrivePolicy"]
+    assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": [ids.dlq, "Arn"]}
+    assert redrive["maxReceiveCount"] == TOPOLOGY.max_receive_count(name)
+    assert redrive["maxReceiveCount"] > TOPOLOGY.max_attempts(name)
+    assert redrive["maxReceiveCount"] >= limits.MIN_MAX_RECEIVE_COUNT
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_visibility_timeout_is_at_least_six_function_timeouts(synthesized: Synthesized, name: str) -> None:
+    ids = synthesized.of_queue(name)
+    visibility = synthesized.properties(ids.queue)["VisibilityTimeout"]
+    timeout = synthesized.properties(ids.function)["Timeout"]
+    assert timeout == seconds(TOPOLOGY.queue(name).function_timeout)
+    assert visibility >= limits.VISIBILITY_TO_TIMEOUT_RATIO * timeout
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_event_source_reports_batch_item_failures_with_declared_batching(synthesized: Synthesized, name: str) -> None:
+    declaration = TOPOLOGY.queue(name)
+    ids = synthesized.of_queue(name)
+    window = seconds(declaration.batching_window)
+    synthesized.template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "EventSourceArn": {"Fn::GetAtt": [ids.queue, "Arn"]},
+            "FunctionName": {"Ref": ids.function},
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+            "BatchSize": declaration.batch_size,
+            "MaximumBatchingWindowInSeconds": window if window else Match.absent(),
+            "ScalingConfig": {"MaximumConcurrency": declaration.max_concurrency},
+        },
+    )
+
+
+def test_every_event_source_mapping_reports_batch_item_failures(synthesized: Synthesized) -> None:
+    """Without it Lambda deletes every message of a batch that returned, failed ones included."""
+    mappings = synthesized.template.find_resources("AWS::Lambda::EventSourceMapping")
+    assert len(mappings) == len(QUEUE_NAMES)
+    for mapping in mappings.values():
+        assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_queue_and_dlq_are_encrypted_and_refuse_plain_http(synthesized: Synthesized, name: str) -> None:
+    ids = synthesized.of_queue(name)
+    for logical_id in (ids.queue, ids.dlq):
+        assert synthesized.properties(logical_id)["SqsManagedSseEnabled"] is True
+        synthesized.template.has_resource_properties(
+            "AWS::SQS::QueuePolicy",
+            {
+                "Queues": [{"Ref": logical_id}],
+                "PolicyDocument": {
+                    "Statement": Match.array_with(
+                        [
+                            Match.object_like(
+                                {
+                                    "Effect": "Deny",
+                                    "Action": "sqs:*",
+                                    "Principal": {"AWS": "*"},
+                                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                                }
+                            )
+                        ]
+                    )
+                },
+            },
+        )
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_dlq_retains_messages_longer_than_its_queue(synthesized: Synthesized, name: str) -> None:
+    ids = synthesized.of_queue(name)
+    dlq_retention = synthesized.properties(ids.dlq)["MessageRetentionPeriod"]
+    queue_retention = synthesized.properties(ids.queue)["MessageRetentionPeriod"]
+    assert dlq_retention == DLQ_RETENTION.to_seconds() == seconds(limits.SQS_MAX_RETENTION)
+    assert queue_retention == seconds(TOPOLOGY.queue(name).retention) < dlq_retention
+
+
+def _alarm_on(synthesized: Synthesized, metric: str, queue_logical_id: str) -> dict[str, Any]:
+    for alarm in synthesized.template.find_resources("AWS::CloudWatch::Alarm").values():
+        properties: dict[str, Any] = alarm["Properties"]
+        if properties.get("MetricName") == metric and properties["Dimensions"] == [
+            {"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_logical_id, "QueueName"]}}
+        ]:
+            return properties
+    raise AssertionError(f"no {metric} alarm on {queue_logical_id}")
+
+
+def _alarm_topic(synthesized: Synthesized) -> dict[str, str]:
+    (topic_id,) = synthesized.template.find_resources("AWS::SNS::Topic")
+    return {"Ref": topic_id}
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_age_alarm_threshold_is_the_declared_objective(synthesized: Synthesized, name: str) -> None:
+    alarm = _alarm_on(synthesized, "ApproximateAgeOfOldestMessage", synthesized.of_queue(name).queue)
+    assert alarm["Namespace"] == "AWS/SQS"
+    assert alarm["Statistic"] == "Maximum"
+    assert alarm["Threshold"] == TOPOLOGY.queue(name).age_objective.total_seconds()
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["AlarmActions"] == [_alarm_topic(synthesized)]
+    assert alarm["OKActions"] == [_alarm_topic(synthesized)]
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_dlq_alarm_fires_on_the_first_visible_message(synthesized: Synthesized, name: str) -> None:
+    alarm = _alarm_on(synthesized, "ApproximateNumberOfMessagesVisible", synthesized.of_queue(name).dlq)
+    assert alarm["Threshold"] == 0
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["EvaluationPeriods"] == 1
+    assert alarm["AlarmActions"] == [_alarm_topic(synthesized)]
+
+
+def test_no_alarm_watches_dlq_sends(synthesized: Synthesized) -> None:
+    """Messages moved by a redrive policy are not counted in NumberOfMessagesSent."""
+    synthesized.template.resource_properties_count_is(
+        "AWS::CloudWatch::Alarm", {"MetricName": "NumberOfMessagesSent"}, 0
+    )
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_worker_runs_current_python_on_arm_with_pinned_powertools(synthesized: Synthesized, name: str) -> None:
+    function = synthesized.properties(synthesized.of_queue(name).function)
+    layer_version = project_context()[POWERTOOLS_LAYER_CONTEXT]
+    assert function["Runtime"] == "python3.14"
+    assert function["Architectures"] == ["arm64"]
+    assert function["Handler"] == HANDLER
+    assert function["TracingConfig"] == {"Mode": "Active"}
+    assert function["MemorySize"] == TOPOLOGY.queue(name).memory_mb
+    (layer,) = function["Layers"]
+    layer_arn = "".join(part if isinstance(part, str) else "" for part in layer["Fn::Join"][1])
+    assert layer_arn.endswith(f":017000801446:layer:{POWERTOOLS_LAYER_NAME}:{layer_version}")
+    # The layer is built for one Python and one architecture: they must match the function's.
+    assert "python314-arm64" in POWERTOOLS_LAYER_NAME
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_worker_environment_names_its_own_queue_dlq_and_table(synthesized: Synthesized, name: str) -> None:
+    ids = synthesized.of_queue(name)
+    variables = synthesized.properties(ids.function)["Environment"]["Variables"]
+    (table_id,) = synthesized.template.find_resources("AWS::DynamoDB::Table")
+    settings = WorkerSettings.from_environment(
+        {key: value if isinstance(value, str) else json.dumps(value) for key, value in variables.items()}
+    )
+    assert settings.queue == name
+    assert json.loads(settings.queue_url) == {"Ref": ids.queue}
+    assert json.loads(settings.dlq_url) == {"Ref": ids.dlq}
+    assert json.loads(settings.idempotency_table) == {"Ref": table_id}
+    assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Conveyor"
+
+
+def test_critical_capacity_is_reserved_and_covers_its_event_source(synthesized: Synthesized) -> None:
+    for name in QUEUE_NAMES:
+        declaration = TOPOLOGY.queue(name)
+        function = synthesized.properties(synthesized.of_queue(name).function)
+        if declaration.reserved_concurrency is None:
+            assert "ReservedConcurrentExecutions" not in function
+        else:
+            assert function["ReservedConcurrentExecutions"] == declaration.reserved_concurrency
+            assert function["ReservedConcurrentExecutions"] >= declaration.max_concurrency
+    assert "ReservedConcurrentExecutions" in synthesized.properties(synthesized.of_queue("critical").function)
+
+
+def _arn(logical_id: str) -> str:
+    return json.dumps({"Fn::GetAtt": [logical_id, "Arn"]})
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, name: str) -> None:
+    ids = synthesized.of_queue(name)
+    function = synthesized.properties(ids.function)
+    role_id = function["Role"]["Fn::GetAtt"][0]
+    log_group_id = function["LoggingConfig"]["LogGroup"]["Ref"]
+    (table_id,) = synthesized.template.find_resources("AWS::DynamoDB::Table")
+    assert "ManagedPolicyArns" not in synthesized.properties(role_id)
+    (statements,) = [
+        policy["Properties"]["PolicyDocument"]["Statement"]
+        for policy in synthesized.template.find_resources("AWS::IAM::Policy").values()
+        if policy["Properties"]["Roles"] == [{"Ref": role_id}]
+    ]
+    granted = {json.dumps(statement["Resource"]): set(statement["Action"]) for statement in statements}
+    assert granted == {
+        _arn(log_group_id): {"logs:CreateLogStream", "logs:PutLogEvents"},
+        # X-Ray has no resource-level permissions; the only wildcard resource.
+        json.dumps("*"): {"xray:PutTraceSegments", "xray:PutTelemetryRecords"},
+        _arn(ids.queue): {
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:ChangeMessageVisibility",
+            "sqs:GetQueueAttributes",
+            "sqs:GetQueueUrl",
+        },
+        _arn(ids.dlq): {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"},
+        _arn(table_id): set(IDEMPOTENCY_ACTIONS),
+    }
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_worker_logs_expire_as_cdk_json_says(synthesized: Synthesized, name: str) -> None:
+    assert project_context()[LOG_RETENTION_CONTEXT] == "ONE_MONTH"
+    log_group_capture = Capture()
+    synthesized.template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Environment": {"Variables": Match.object_like({"CONVEYOR_QUEUE": name})},
+            "LoggingConfig": {"LogGroup": {"Ref": log_group_capture}},
+        },
+    )
+    assert synthesized.properties(log_group_capture.as_string())["RetentionInDays"] == ONE_MONTH_DAYS
+
+
+def test_idempotency_table_is_on_demand_expiring_and_recoverable(synthesized: Synthesized) -> None:
+    synthesized.template.has_resource_properties(
+        "AWS::DynamoDB::Table",
+        {
+            "KeySchema": [{"AttributeName": "id", "KeyType": "HASH"}],
+            "BillingMode": "PAY_PER_REQUEST",
+            "TimeToLiveSpecification": {"AttributeName": "expiration", "Enabled": True},
+            "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+        },
+    )
+
+
+def test_alarm_topic_is_encrypted_with_a_rotating_key_cloudwatch_can_use(synthesized: Synthesized) -> None:
+    (key_id,) = synthesized.template.find_resources("AWS::KMS::Key")
+    key = synthesized.properties(key_id)
+    assert key["EnableKeyRotation"] is True
+    cloudwatch_grants = [
+        statement
+        for statement in key["KeyPolicy"]["Statement"]
+        if statement["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert cloudwatch_grants
+    assert set(cloudwatch_grants[0]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    synthesized.template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": {"Fn::GetAtt": [key_id, "Arn"]}})
+    synthesized.template.has_resource_properties(
+        "AWS::SNS::TopicPolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})]
+                )
+            }
+        },
+    )
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_outputs_let_tools_find_each_queue(synthesized: Synthesized, name: str) -> None:
+    ids = synthesized.of_queue(name)
+    stack_outputs = synthesized.template.to_json()["Outputs"]
+    assert stack_outputs[outputs.queue_output_key(name, outputs.QUEUE_URL)]["Value"] == {"Ref": ids.queue}
+    assert stack_outputs[outputs.queue_output_key(name, outputs.DLQ_URL)]["Value"] == {"Ref": ids.dlq}
+    assert stack_outputs[outputs.queue_output_key(name, outputs.WORKER_FUNCTION)]["Value"] == {"Ref": ids.function}
+    mapping_output = stack_outputs[outputs.queue_output_key(name, outputs.EVENT_SOURCE_MAPPING)]["Value"]
+    assert synthesized.resources[mapping_output["Ref"]]["Type"] == "AWS::Lambda::EventSourceMapping"
+
+
+def test_worker_asset_ships_the_handlers_and_the_library(synthesized: Synthesized) -> None:
+    (asset_dir,) = [path for path in synthesized.outdir.iterdir() if path.name.startswith("asset.")]
+    shipped = {path.relative_to(asset_dir).as_posix() for path in asset_dir.rglob("*") if path.is_file()}
+    assert {"functions/worker.py", "functions/topology.py", "conveyor/declarations.py"} <= shipped
+    assert not [path for path in shipped if "__pycache__" in path or path.endswith(".pyc")]
+    assert not [path for path in shipped if path.startswith(("infra/", "tests/"))]

@@ -1,0 +1,66 @@
+"""`jobs topology` shows what will deploy; bad input is one line on stderr and a non-zero exit."""
+
+import json
+
+import pytest
+
+from conveyor.cli import main
+from functions.topology import TOPOLOGY
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exited:
+        code = int(exited.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_topology_json_lists_every_declared_queue_with_its_derived_settings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "topology", "--json")
+    assert code == 0
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert list(rows) == [queue.name for queue in TOPOLOGY.queues]
+    critical = rows["critical"]
+    assert critical["job_types"] == ["charge_order"]
+    assert critical["reserved_concurrency"] == TOPOLOGY.queue("critical").reserved_concurrency
+    assert critical["max_receive_count"] == TOPOLOGY.max_receive_count("critical")
+    assert critical["visibility_timeout_s"] == 6 * critical["function_timeout_s"]
+
+
+def test_topology_table_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "topology")
+    header, *lines = out.splitlines()
+    assert code == 0
+    assert header.split()[:3] == ["QUEUE", "JOB", "TYPES"]
+    bulk = next(line for line in lines if line.startswith("bulk"))
+    assert bulk.split()[:5] == ["bulk", "deliver_webhook", "1h", "100", "30s"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["topolgy"], 2, "jobs: No such command 'topolgy'. Did you mean 'topology'?"),
+        (["topology", "--jsn"], 2, "jobs: No such option '--jsn'. Did you mean '--json'?"),
+        (["--topology", "nowhere:X", "topology"], 1, "jobs: topology 'nowhere:X': cannot import 'nowhere'"),
+        (
+            ["--topology", "tests.fixtures.bad_topology:TOPOLOGY", "topology"],
+            1,
+            "jobs: queue 'orders': a FIFO queue cannot have a batching_window",
+        ),
+        (["--topology", "functions.topology:QUEUES", "topology"], 1, "'QUEUES' is NoneType, not a conveyor Topology"),
+        (["--topology", "functions.topology", "topology"], 1, "expected 'module:attribute'"),
+    ],
+)
+def test_bad_input_is_one_line_and_a_nonzero_exit(
+    capsys: pytest.CaptureFixture[str], argv: list[str], code: int, message: str
+) -> None:
+    exit_code, out, err = run(capsys, *argv)
+    assert exit_code == code
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert message in err
