@@ -23,7 +23,7 @@ export JSII_DEPRECATED := fail
 # Synth needs no account: give the SDK a region and never let it look for credentials.
 SYNTH_ENV := AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 
-.PHONY: help setup lint typecheck unit synth cfn-lint test demo diff deploy clean
+.PHONY: help setup lint typecheck unit synth cfn-lint test demo diff deploy schema clean
 
 help:
 	@echo "make demo    - the local demo (arrives with the local-runtime issue)"
@@ -63,6 +63,9 @@ cfn-lint: synth
 	$(BIN)/cfn-lint $(CDK_OUT)/*.template.json
 
 test: lint typecheck unit cfn-lint
+
+schema: $(PY_STAMP)
+	$(BIN)/jobs schema --output docs/schema/envelope.schema.json
 
 demo: setup
 	$(BIN)/jobs topology

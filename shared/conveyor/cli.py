@@ -4,13 +4,14 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
 from conveyor.declarations import DeclarationError, Topology
 from conveyor.durations import format_duration
 from conveyor.loader import TOPOLOGY_ENV, load_topology
+from conveyor.schema import envelope_schema
 
 
 def _render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -62,10 +63,7 @@ def cli(ctx: click.Context, topology_spec: str | None) -> None:
 @click.pass_obj
 def topology(topology_spec: str | None, as_json: bool) -> None:
     """Show the declared queues, the job types routed to them and their derived settings."""
-    try:
-        declared = load_topology(topology_spec)
-    except DeclarationError as error:
-        raise click.ClickException(str(error)) from error
+    declared = _load(topology_spec)
     rows = _queue_rows(declared)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -100,6 +98,21 @@ def topology(topology_spec: str | None, as_json: bool) -> None:
         for queue, row in zip(declared.queues, rows, strict=True)
     ]
     click.echo(_render_table(headers, table))
+
+
+@cli.command()
+@click.option("--output", type=click.File("w"), default="-", help="Write to FILE instead of stdout.")
+@click.pass_obj
+def schema(topology_spec: str | None, output: TextIO) -> None:
+    """Print the JSON Schema of the envelope and every declared payload."""
+    output.write(json.dumps(envelope_schema(_load(topology_spec)), indent=2) + "\n")
+
+
+def _load(topology_spec: str | None) -> Topology:
+    try:
+        return load_topology(topology_spec)
+    except DeclarationError as error:
+        raise click.ClickException(str(error)) from error
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -5,13 +5,25 @@ deployed fails at import with one line naming the declaration and the rule it br
 long before CloudFormation would reject it (or, worse, accept it and lose messages).
 """
 
+import json
+import random
 import re
-from collections.abc import Iterable
+import string
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from conveyor import limits
 from conveyor.durations import format_duration
+from conveyor.envelope import summarize_validation_error
+from conveyor.errors import ContractError
+from conveyor.job_context import JobContext
+from conveyor.reasons import Reason
+
+P = TypeVar("P", bound=BaseModel)
 
 QUEUE_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 JOB_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -23,6 +35,10 @@ REDRIVE_BACKSTOP_MARGIN = 3
 # Upper bound on declared attempts: Sidekiq's default of 25 spans about three weeks of
 # backoff, and anything longer belongs in a schedule, not a retry loop.
 MAX_ATTEMPTS_LIMIT = 25
+# 2**62 seconds is far beyond any cap; bounding the exponent keeps the float finite.
+_MAX_EXPONENT = 62
+# Default payload budget: large data goes by reference (an S3 key), not in the message.
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 
 
 class DeclarationError(ValueError):
@@ -46,6 +62,16 @@ class RetryPolicy:
     base: timedelta = timedelta(seconds=2)
     cap: timedelta = timedelta(minutes=15)
     max_wall_time: timedelta = timedelta(hours=24)
+
+    def delay(self, attempt: int, rng: random.Random) -> timedelta:
+        """Backoff after failed attempt ``attempt`` (1-based): uniform in [0, min(cap, base * 2**(attempt-1))].
+
+        Full jitter spreads a burst of failures evenly instead of retrying them in lockstep
+        (AWS Architecture Blog, "Exponential Backoff And Jitter").
+        """
+        exponent = min(attempt - 1, _MAX_EXPONENT)
+        ceiling = min(self.cap.total_seconds(), self.base.total_seconds() * 2**exponent)
+        return timedelta(seconds=rng.uniform(0, ceiling))
 
     def check(self, where: str) -> None:
         _require(
@@ -175,14 +201,32 @@ class Queue:
         return self.function_timeout * limits.VISIBILITY_TO_TIMEOUT_RATIO
 
 
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+Handler = Callable[[P, JobContext], object]
+
+
 @dataclass(frozen=True)
-class JobType:
-    """A kind of job and the queue it is routed to, with its retry policy and time budget."""
+class JobType(Generic[P]):
+    """A kind of job: its payload contract, the queue it runs on, and how it is retried.
+
+    ``upcasters[k]`` turns version-k data into version k+1, so a message written by an older
+    producer still runs. ``idempotency_key`` is a template on payload fields such as
+    ``"{order_id}#charge_v1"``; without it the envelope's ``dedupe_key``, else its ``id``, is
+    the key. ``retry_on`` and ``permanent_on`` classify the job's own exception types.
+    """
 
     name: str
     queue: str
+    model: type[P]
+    handler: Handler[P]
+    version: int = 1
+    upcasters: Mapping[int, Upcaster] = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout: timedelta | None = None
+    idempotency_key: str | None = None
+    retry_on: tuple[type[BaseException], ...] = ()
+    permanent_on: tuple[type[BaseException], ...] = ()
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
 
     def __post_init__(self) -> None:
         where = f"job type {self.name!r}"
@@ -197,6 +241,105 @@ class JobType:
             "timeout must be positive",
         )
         self.retry.check(where)
+        self._check_contract(where)
+
+    def _check_contract(self, where: str) -> None:
+        _require(
+            isinstance(self.model, type) and issubclass(self.model, BaseModel),
+            where,
+            "model must be a pydantic model (extend conveyor.payloads.Payload)",
+        )
+        _require(
+            self.model.model_config.get("extra") == "forbid",
+            where,
+            f"model {self.model.__name__} must forbid extra fields (extend conveyor.payloads.Payload)",
+        )
+        _require(self.version >= 1, where, f"version must be 1 or more, got {self.version}")
+        stray = sorted(set(self.upcasters) - set(range(1, self.version)))
+        _require(
+            not stray,
+            where,
+            f"upcasters {stray} do not upgrade an older version (current version is {self.version})",
+        )
+        if self.idempotency_key is not None:
+            fields_used = {name for _, name, _, _ in string.Formatter().parse(self.idempotency_key) if name}
+            unknown = sorted(fields_used - set(self.model.model_fields))
+            _require(bool(fields_used), where, "idempotency_key template names no payload field")
+            _require(
+                not unknown,
+                where,
+                f"idempotency_key {self.idempotency_key!r} names {unknown}, not fields of {self.model.__name__}",
+            )
+        _require(
+            0 < self.max_payload_bytes <= limits.SQS_MAX_MESSAGE_BYTES,
+            where,
+            f"max_payload_bytes must be between 1 and the SQS maximum of {limits.SQS_MAX_MESSAGE_BYTES}",
+        )
+
+    @property
+    def supported_versions(self) -> range:
+        """Versions that reach the current one through an unbroken chain of upcasters."""
+        oldest = self.version
+        while oldest - 1 in self.upcasters:
+            oldest -= 1
+        return range(oldest, self.version + 1)
+
+    def load_payload(self, data: Mapping[str, Any], version: int) -> P:
+        """Upcast ``data`` from ``version`` and validate it strictly; ContractError says why not."""
+        if version not in self.supported_versions:
+            raise ContractError(
+                Reason.UNSUPPORTED_VERSION,
+                f"{self.name} v{version} is not supported (supported: "
+                f"v{self.supported_versions.start}..v{self.version})",
+            )
+        document = dict(data)
+        for step in range(version, self.version):
+            document = self.upcasters[step](document)
+        try:
+            # Through JSON, in strict mode: no "5" for 5, but ISO strings for datetimes, as on the wire.
+            return self.model.model_validate_json(json.dumps(document), strict=True)
+        except ValidationError as error:
+            raise ContractError(Reason.INVALID_PAYLOAD, summarize_validation_error(error)) from error
+
+    def idempotency_key_for(self, *, job_id: str, dedupe_key: str | None, payload: BaseModel) -> str:
+        if self.idempotency_key is not None:
+            return self.idempotency_key.format(**payload.model_dump(mode="json"))
+        return dedupe_key or job_id
+
+
+def job(
+    name: str,
+    *,
+    queue: str,
+    model: type[P],
+    version: int = 1,
+    upcasters: Mapping[int, Upcaster] | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: timedelta | None = None,
+    idempotency_key: str | None = None,
+    retry_on: tuple[type[BaseException], ...] = (),
+    permanent_on: tuple[type[BaseException], ...] = (),
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> Callable[[Handler[P]], JobType[P]]:
+    """Declare a job type around its handler: ``@job("charge_order", queue="critical", model=ChargeOrder)``."""
+
+    def declare(handler: Handler[P]) -> JobType[P]:
+        return JobType(
+            name=name,
+            queue=queue,
+            model=model,
+            handler=handler,
+            version=version,
+            upcasters=dict(upcasters or {}),
+            retry=retry or RetryPolicy(),
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+            retry_on=retry_on,
+            permanent_on=permanent_on,
+            max_payload_bytes=max_payload_bytes,
+        )
+
+    return declare
 
 
 @dataclass(frozen=True)
@@ -204,7 +347,7 @@ class Topology:
     """The declared queues and job types, checked against each other as a whole."""
 
     queues: tuple[Queue, ...]
-    job_types: tuple[JobType, ...] = ()
+    job_types: tuple[JobType[Any], ...] = ()
 
     def __post_init__(self) -> None:
         _require(bool(self.queues), "topology", "declare at least one queue")
@@ -237,7 +380,13 @@ class Topology:
                 return queue
         raise DeclarationError(f"unknown queue {name!r}")
 
-    def job_types_on(self, queue_name: str) -> tuple[JobType, ...]:
+    def job_type(self, name: str) -> JobType[Any]:
+        for job_type in self.job_types:
+            if job_type.name == name:
+                return job_type
+        raise ContractError(Reason.UNKNOWN_TYPE, f"unknown job type {name!r}")
+
+    def job_types_on(self, queue_name: str) -> tuple[JobType[Any], ...]:
         return tuple(job for job in self.job_types if job.queue == queue_name)
 
     def max_attempts(self, queue_name: str) -> int:

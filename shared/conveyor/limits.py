@@ -11,6 +11,13 @@ SQS_MAX_RETENTION = timedelta(days=14)
 SQS_MAX_VISIBILITY_TIMEOUT = timedelta(hours=12)
 SQS_MAX_QUEUE_NAME_LENGTH = 80
 SQS_FIFO_SUFFIX = ".fifo"
+# Body plus message attributes, in bytes.
+SQS_MAX_MESSAGE_BYTES = 1_048_576
+SQS_MAX_DELAY = timedelta(minutes=15)
+SQS_MAX_MESSAGE_ATTRIBUTES = 10
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html
+SQS_MAX_BATCH_ENTRIES = 10
+SQS_MAX_BATCH_BYTES = 1_048_576
 
 # https://docs.aws.amazon.com/lambda/latest/dg/with-sqs.html
 ESM_MAX_BATCH_SIZE_STANDARD = 10_000

@@ -14,8 +14,22 @@ from conveyor.declarations import (
     RetryPolicy,
     Topology,
 )
+from conveyor.job_context import JobContext
+from conveyor.payloads import Payload
 
 MINUTE = timedelta(minutes=1)
+
+
+class Empty(Payload):
+    pass
+
+
+def _noop(payload: Empty, ctx: JobContext) -> None:
+    ctx.logger.debug("ran")
+
+
+def job_type(name: str, queue: str, **options: Any) -> JobType[Empty]:
+    return JobType(name, queue, model=Empty, handler=_noop, **options)
 
 
 def queue(name: str = "default", **overrides: Any) -> Queue:
@@ -73,14 +87,14 @@ def test_visibility_defaults_to_six_times_the_function_timeout() -> None:
 )
 def test_bad_retry_policy_fails_naming_the_job_type(retry: RetryPolicy, message: str) -> None:
     with pytest.raises(DeclarationError) as raised:
-        JobType("charge_order", queue="critical", retry=retry)
+        job_type("charge_order", queue="critical", retry=retry)
     assert str(raised.value).startswith("job type 'charge_order': ")
     assert message in str(raised.value)
 
 
 def test_job_routed_to_unknown_queue_lists_the_declared_ones() -> None:
     with pytest.raises(DeclarationError) as raised:
-        Topology(queues=(queue("default"), queue("bulk")), job_types=(JobType("send_email", queue="critcal"),))
+        Topology(queues=(queue("default"), queue("bulk")), job_types=(job_type("send_email", queue="critcal"),))
     assert str(raised.value) == ("job type 'send_email': routed to unknown queue 'critcal' (declared: bulk, default)")
 
 
@@ -90,7 +104,7 @@ def test_duplicate_names_are_rejected() -> None:
     with pytest.raises(DeclarationError, match="job type 'send_email': declared twice"):
         Topology(
             queues=(queue("default"),),
-            job_types=(JobType("send_email", queue="default"), JobType("send_email", queue="default")),
+            job_types=(job_type("send_email", queue="default"), job_type("send_email", queue="default")),
         )
 
 
@@ -101,14 +115,14 @@ def test_topology_needs_a_queue() -> None:
 
 def test_job_timeout_must_fit_the_queue_function_timeout() -> None:
     with pytest.raises(DeclarationError, match=r"timeout exceeds the function_timeout of queue 'default' \(30s\)"):
-        Topology(queues=(queue(),), job_types=(JobType("slow", queue="default", timeout=MINUTE),))
+        Topology(queues=(queue(),), job_types=(job_type("slow", queue="default", timeout=MINUTE),))
 
 
 def test_retry_wall_time_must_fit_the_queue_retention() -> None:
     with pytest.raises(DeclarationError, match="messages would expire before their last attempt"):
         Topology(
             queues=(queue(retention=timedelta(days=1)),),
-            job_types=(JobType("slow", queue="default", retry=RetryPolicy(max_wall_time=timedelta(days=2))),),
+            job_types=(job_type("slow", queue="default", retry=RetryPolicy(max_wall_time=timedelta(days=2))),),
         )
 
 
@@ -116,9 +130,9 @@ def test_redrive_backstop_sits_above_the_most_attempts_on_the_queue() -> None:
     topology = Topology(
         queues=(queue("default"), queue("bulk"), queue("empty")),
         job_types=(
-            JobType("a", queue="default", retry=RetryPolicy(max_attempts=3)),
-            JobType("b", queue="default", retry=RetryPolicy(max_attempts=12)),
-            JobType("c", queue="bulk", retry=RetryPolicy(max_attempts=1)),
+            job_type("a", queue="default", retry=RetryPolicy(max_attempts=3)),
+            job_type("b", queue="default", retry=RetryPolicy(max_attempts=12)),
+            job_type("c", queue="bulk", retry=RetryPolicy(max_attempts=1)),
         ),
     )
     assert topology.max_receive_count("default") == 12 + REDRIVE_BACKSTOP_MARGIN

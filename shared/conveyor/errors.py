@@ -1,0 +1,50 @@
+"""Exceptions a job raises to steer the harness, and those the SDK raises on misuse."""
+
+from datetime import timedelta
+
+from conveyor.reasons import Reason
+
+
+class ConveyorError(Exception):
+    """Base of every exception Conveyor raises on purpose."""
+
+
+class PermanentError(ConveyorError):
+    """Raised by a job when retrying cannot help (a 4xx, a rejected card): dead-letter now."""
+
+
+class RetryableError(ConveyorError):
+    """Raised by a job for a failure worth retrying with backoff (a 5xx, a timeout)."""
+
+
+class JobTimeoutError(RetryableError):
+    """The job ran past its declared timeout."""
+
+
+class Snooze(ConveyorError):  # noqa: N818 - a request, not an error
+    """Raised by a job to run again after ``delay`` without spending an attempt."""
+
+    def __init__(self, delay: timedelta) -> None:
+        super().__init__(f"snoozed for {delay.total_seconds():g}s")
+        self.delay = delay
+
+
+class EnqueueError(ConveyorError):
+    """Some jobs were not accepted by SQS after retries; ``accepted`` ids were, ``rejected`` were not."""
+
+    def __init__(self, message: str, *, accepted: list[str], rejected: dict[str, str]) -> None:
+        super().__init__(message)
+        self.accepted = accepted
+        self.rejected = rejected
+
+
+class InvalidJobError(ConveyorError, ValueError):
+    """SDK misuse caught before anything is sent: unknown job, bad payload, payload too large."""
+
+
+class ContractError(ConveyorError, ValueError):
+    """A message or payload that breaks the contract; ``reason`` is its dead-letter reason code."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

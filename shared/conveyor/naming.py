@@ -1,0 +1,26 @@
+"""Physical resource names, shared by the stack, the local runtime and the producer SDK.
+
+Queues have fixed names, ``<prefix>-<queue>`` and ``<prefix>-<queue>-dlq``, so a producer
+finds a queue with one GetQueueUrl call, against AWS or a local endpoint alike. The prefix
+(``$CONVEYOR_PREFIX``, default ``conveyor``) keeps two deployments in one account apart.
+"""
+
+import os
+
+from conveyor import limits
+
+PREFIX_ENV = "CONVEYOR_PREFIX"
+DEFAULT_PREFIX = "conveyor"
+
+
+def current_prefix() -> str:
+    return os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
+
+
+def queue_name(queue: str, *, fifo: bool = False, prefix: str | None = None) -> str:
+    name = f"{prefix or current_prefix()}-{queue}"
+    return name + limits.SQS_FIFO_SUFFIX if fifo else name
+
+
+def dlq_name(queue: str, *, fifo: bool = False, prefix: str | None = None) -> str:
+    return queue_name(f"{queue}-dlq", fifo=fifo, prefix=prefix)

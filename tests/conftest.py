@@ -1,0 +1,20 @@
+"""Session-wide test settings: no real AWS is ever reachable from the test suite."""
+
+import os
+
+# Fake credentials and a fixed region for moto; no call may leave the machine.
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_METRICS_NAMESPACE": "Conveyor",
+    }
+)
+os.environ.pop("AWS_ENDPOINT_URL", None)
+os.environ.pop("AWS_PROFILE", None)
