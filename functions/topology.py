@@ -6,7 +6,10 @@ age objective, so a flood of `bulk` work can never delay a payment.
 
 from datetime import timedelta
 
-from conveyor.declarations import JobType, Queue, RetryPolicy, Topology
+from conveyor.declarations import Queue, Topology
+from functions.jobs.charge_order import charge_order
+from functions.jobs.deliver_webhook import deliver_webhook
+from functions.jobs.send_welcome_email import send_welcome_email
 
 TOPOLOGY = Topology(
     queues=(
@@ -28,18 +31,5 @@ TOPOLOGY = Topology(
             max_concurrency=2,
         ),
     ),
-    job_types=(
-        JobType("send_welcome_email", queue="default"),
-        JobType(
-            "charge_order",
-            queue="critical",
-            retry=RetryPolicy(max_attempts=8, base=timedelta(seconds=1), cap=timedelta(minutes=5)),
-            timeout=timedelta(seconds=10),
-        ),
-        JobType(
-            "deliver_webhook",
-            queue="bulk",
-            retry=RetryPolicy(max_attempts=10, cap=timedelta(hours=1), max_wall_time=timedelta(hours=72)),
-        ),
-    ),
+    job_types=(send_welcome_email, charge_order, deliver_webhook),
 )

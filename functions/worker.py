@@ -1,5 +1,6 @@
 """Lambda entry point for every queue's worker; the queue comes from the environment."""
 
-from conveyor.worker import handle as handler
+from conveyor.loader import load_topology
+from conveyor.worker import make_handler
 
-__all__ = ["handler"]
+handler = make_handler(load_topology())

@@ -1,6 +1,7 @@
 """Build the CDK app: context from cdk.json, the stack from the topology, cdk-nag as a validation."""
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from infra.stack import ConveyorStack
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 STACK_NAME = "Conveyor"
 POWERTOOLS_LAYER_CONTEXT = "conveyor:powertools-layer-version"
+PREFIX_CONTEXT = "conveyor:prefix"
+PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 LOG_RETENTION_CONTEXT = "conveyor:log-retention"
 
 
@@ -37,6 +40,12 @@ def _layer_version(version: object) -> int:
     return version
 
 
+def _prefix(value: object) -> str:
+    if not isinstance(value, str) or not PREFIX_PATTERN.match(value):
+        raise DeclarationError(f"cdk.json {PREFIX_CONTEXT}={value!r}: must match {PREFIX_PATTERN.pattern}")
+    return value
+
+
 def build_app(topology: Topology, *, outdir: str | None = None) -> App:
     """The app with its one stack and AwsSolutions checks that fail synth on any unacknowledged error."""
     app = App(outdir=outdir, context=project_context())
@@ -44,6 +53,7 @@ def build_app(topology: Topology, *, outdir: str | None = None) -> App:
         app,
         STACK_NAME,
         topology=topology,
+        prefix=_prefix(app.node.try_get_context(PREFIX_CONTEXT)),
         powertools_layer_version=_layer_version(app.node.try_get_context(POWERTOOLS_LAYER_CONTEXT)),
         log_retention=_log_retention(app.node.try_get_context(LOG_RETENTION_CONTEXT)),
     )

@@ -14,13 +14,14 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from conveyor import limits, naming
 from conveyor.declarations import Queue
 from conveyor.settings import WorkerSettings
 from infra.worker_package import ARCHITECTURE, HANDLER, RUNTIME, WorkerPackage
 
 # Longer than any source queue's retention (declarations keep those under 14 days),
 # because a standard queue's message keeps its original enqueue time in the DLQ.
-DLQ_RETENTION = Duration.days(14)
+DLQ_RETENTION = Duration.seconds(int(limits.SQS_MAX_RETENTION.total_seconds()))
 # SQS publishes queue metrics once a minute.
 METRIC_PERIOD = Duration.minutes(1)
 # The age alarm fires when 2 of the last 3 minutes broke the objective: one slow minute
@@ -46,6 +47,7 @@ class JobQueue(Construct):
         construct_id: str,
         *,
         declaration: Queue,
+        prefix: str,
         max_receive_count: int,
         package: WorkerPackage,
         idempotency_table: dynamodb.ITable,
@@ -57,6 +59,7 @@ class JobQueue(Construct):
         self.dlq = sqs.Queue(
             self,
             "Dlq",
+            queue_name=naming.dlq_name(declaration.name, fifo=declaration.fifo, prefix=prefix),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=DLQ_RETENTION,
@@ -65,6 +68,7 @@ class JobQueue(Construct):
         self.queue = sqs.Queue(
             self,
             "Queue",
+            queue_name=naming.queue_name(declaration.name, fifo=declaration.fifo, prefix=prefix),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=_duration(declaration.retention),

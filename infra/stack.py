@@ -7,6 +7,7 @@ from constructs import Construct
 from conveyor import outputs
 from conveyor.declarations import Topology
 from infra.alarm_topic import AlarmTopic
+from infra.example_effects import ExampleEffectsTable
 from infra.idempotency_table import IdempotencyTable
 from infra.job_queue import JobQueue
 from infra.worker_package import WorkerPackage
@@ -21,6 +22,7 @@ class ConveyorStack(Stack):
         construct_id: str,
         *,
         topology: Topology,
+        prefix: str,
         powertools_layer_version: int,
         log_retention: logs.RetentionDays,
     ) -> None:
@@ -37,6 +39,7 @@ class ConveyorStack(Stack):
                 self,
                 f"Queue-{declaration.name}",
                 declaration=declaration,
+                prefix=prefix,
                 max_receive_count=topology.max_receive_count(declaration.name),
                 package=package,
                 idempotency_table=idempotency.table,
@@ -45,6 +48,9 @@ class ConveyorStack(Stack):
             )
             for declaration in topology.queues
         }
+        effects = ExampleEffectsTable(self, "ExampleEffects")
+        for job_queue in self.job_queues.values():
+            effects.grant_to(job_queue.function)
         CfnOutput(self, outputs.ALARM_TOPIC, value=alarms.topic.topic_arn)
         CfnOutput(self, outputs.IDEMPOTENCY_TABLE, value=idempotency.table.table_name)
         for name, job_queue in self.job_queues.items():

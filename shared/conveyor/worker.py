@@ -1,39 +1,75 @@
 """The Lambda side of a queue: an SQS batch in, a partial batch response out.
 
-Until job handlers are registered (the harness issue), the worker runs nothing and
-acknowledges nothing: every record is reported as a batch item failure, so messages
-stay on the queue and reach the DLQ through the redrive policy instead of being lost.
+Powertools runs each record through the harness and reports the ones that raised; FIFO
+queues skip the rest of a failed record's group, so its order holds.
 """
 
-import json
 import os
+from collections.abc import Callable
 from typing import Any
 
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+import boto3
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    SqsFifoPartialProcessor,
+    process_partial_response,
+)
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from conveyor.settings import SERVICE_NAME, WorkerSettings
+from conveyor.declarations import Topology
+from conveyor.harness import Harness, logger
+from conveyor.settings import WorkerSettings
 
-logger = Logger(service=SERVICE_NAME)
-
-
-class NotRunnableError(Exception):
-    """A record this worker will not acknowledge; it stays on the queue."""
+LambdaHandler = Callable[[dict[str, Any], LambdaContext], PartialItemFailureResponse]
 
 
-def _run_record(record: SQSRecord) -> None:
-    try:
-        job_type = json.loads(record.body)["type"]
-    except (ValueError, KeyError, TypeError) as error:
-        raise NotRunnableError(f"message {record.message_id} is not a job envelope") from error
-    raise NotRunnableError(f"no handler registered for job type {job_type!r}")
+class Worker:
+    def __init__(self, harness: Harness) -> None:
+        self._harness = harness
+
+    @property
+    def queue_name(self) -> str:
+        return self._harness.queue.name
+
+    def handle(self, event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+        invocation = self._harness.begin(context)
+        processor: BatchProcessor = (
+            SqsFifoPartialProcessor(skip_group_on_error=True)
+            if self._harness.queue.fifo
+            else BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+        )
+
+        def record_handler(record: SQSRecord) -> None:
+            self._harness.run_record(record, invocation)
+
+        return process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
 
 
-def handle(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    settings = WorkerSettings.from_environment(os.environ)
-    logger.append_keys(queue=settings.queue)
-    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-    return process_partial_response(event=event, record_handler=_run_record, processor=processor, context=context)
+def make_handler(topology: Topology) -> LambdaHandler:
+    """The Lambda entry point for any queue; clients and the harness are built on the first call.
+
+    Built lazily, not at import, so the environment is read inside Lambda (or a test) rather
+    than wherever the module happens to be imported first.
+    """
+    worker: Worker | None = None
+
+    @logger.inject_lambda_context(clear_state=True)
+    def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+        nonlocal worker
+        if worker is None:
+            harness = Harness(
+                topology,
+                WorkerSettings.from_environment(os.environ),
+                sqs_client=boto3.client("sqs"),
+                dynamodb_client=boto3.client("dynamodb"),
+            )
+            worker = Worker(harness)
+        logger.append_keys(queue=worker.queue_name)
+        return worker.handle(event, context)
+
+    return handler

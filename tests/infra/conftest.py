@@ -46,6 +46,16 @@ class Synthesized:
                 )
         raise AssertionError(f"no worker function for queue {name!r}")
 
+    def table(self, key_attribute: str) -> str:
+        """The logical id of the one table keyed on ``key_attribute``."""
+        (logical_id,) = [
+            logical_id
+            for logical_id, resource in self.resources.items()
+            if resource["Type"] == "AWS::DynamoDB::Table"
+            and resource["Properties"]["KeySchema"] == [{"AttributeName": key_attribute, "KeyType": "HASH"}]
+        ]
+        return logical_id
+
     def properties(self, logical_id: str) -> dict[str, Any]:
         properties: dict[str, Any] = self.resources[logical_id]["Properties"]
         return properties

@@ -7,10 +7,14 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Capture, Match
 
-from conveyor import limits, outputs
+from conveyor import limits, naming, outputs
 from conveyor.settings import WorkerSettings
+from functions.providers.effects import EFFECTS_TABLE_ENV
+from functions.providers.effects import KEY_ATTRIBUTE as EFFECTS_KEY
 from functions.topology import TOPOLOGY
-from infra.app import LOG_RETENTION_CONTEXT, POWERTOOLS_LAYER_CONTEXT, project_context
+from infra.app import LOG_RETENTION_CONTEXT, POWERTOOLS_LAYER_CONTEXT, PREFIX_CONTEXT, project_context
+from infra.example_effects import LEDGER_ACTIONS
+from infra.idempotency_table import KEY_ATTRIBUTE as IDEMPOTENCY_KEY
 from infra.job_queue import DLQ_RETENTION, IDEMPOTENCY_ACTIONS
 from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME
 from tests.infra.conftest import Synthesized
@@ -166,7 +170,7 @@ def test_worker_runs_current_python_on_arm_with_pinned_powertools(synthesized: S
 def test_worker_environment_names_its_own_queue_dlq_and_table(synthesized: Synthesized, name: str) -> None:
     ids = synthesized.of_queue(name)
     variables = synthesized.properties(ids.function)["Environment"]["Variables"]
-    (table_id,) = synthesized.template.find_resources("AWS::DynamoDB::Table")
+    table_id = synthesized.table(IDEMPOTENCY_KEY)
     settings = WorkerSettings.from_environment(
         {key: value if isinstance(value, str) else json.dumps(value) for key, value in variables.items()}
     )
@@ -175,6 +179,7 @@ def test_worker_environment_names_its_own_queue_dlq_and_table(synthesized: Synth
     assert json.loads(settings.dlq_url) == {"Ref": ids.dlq}
     assert json.loads(settings.idempotency_table) == {"Ref": table_id}
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Conveyor"
+    assert variables[EFFECTS_TABLE_ENV] == {"Ref": synthesized.table(EFFECTS_KEY)}
 
 
 def test_critical_capacity_is_reserved_and_covers_its_event_source(synthesized: Synthesized) -> None:
@@ -199,7 +204,8 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
     function = synthesized.properties(ids.function)
     role_id = function["Role"]["Fn::GetAtt"][0]
     log_group_id = function["LoggingConfig"]["LogGroup"]["Ref"]
-    (table_id,) = synthesized.template.find_resources("AWS::DynamoDB::Table")
+    table_id = synthesized.table(IDEMPOTENCY_KEY)
+    effects_id = synthesized.table(EFFECTS_KEY)
     assert "ManagedPolicyArns" not in synthesized.properties(role_id)
     (statements,) = [
         policy["Properties"]["PolicyDocument"]["Statement"]
@@ -220,6 +226,7 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
         },
         _arn(ids.dlq): {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"},
         _arn(table_id): set(IDEMPOTENCY_ACTIONS),
+        _arn(effects_id): set(LEDGER_ACTIONS),
     }
 
 
@@ -238,15 +245,19 @@ def test_worker_logs_expire_as_cdk_json_says(synthesized: Synthesized, name: str
 
 
 def test_idempotency_table_is_on_demand_expiring_and_recoverable(synthesized: Synthesized) -> None:
-    synthesized.template.has_resource_properties(
-        "AWS::DynamoDB::Table",
-        {
-            "KeySchema": [{"AttributeName": "id", "KeyType": "HASH"}],
-            "BillingMode": "PAY_PER_REQUEST",
-            "TimeToLiveSpecification": {"AttributeName": "expiration", "Enabled": True},
-            "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
-        },
-    )
+    table = synthesized.properties(synthesized.table(IDEMPOTENCY_KEY))
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES)
+def test_queues_have_the_fixed_names_producers_resolve(synthesized: Synthesized, name: str) -> None:
+    ids = synthesized.of_queue(name)
+    fifo = TOPOLOGY.queue(name).fifo
+    prefix = project_context()[PREFIX_CONTEXT]
+    assert synthesized.properties(ids.queue)["QueueName"] == naming.queue_name(name, fifo=fifo, prefix=prefix)
+    assert synthesized.properties(ids.dlq)["QueueName"] == naming.dlq_name(name, fifo=fifo, prefix=prefix)
 
 
 def test_alarm_topic_is_encrypted_with_a_rotating_key_cloudwatch_can_use(synthesized: Synthesized) -> None:

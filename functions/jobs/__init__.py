@@ -1,0 +1,1 @@
+"""Example jobs, one module each, for a user to copy."""

@@ -1,0 +1,36 @@
+"""Send a user their welcome email. Version 2 added ``locale``; v1 messages are upcast."""
+
+from typing import Any
+
+from pydantic import Field
+
+from conveyor.declarations import job
+from conveyor.job_context import JobContext
+from conveyor.payloads import Payload
+from functions.providers.email import EmailProvider, EmailUnavailableError, HardBounceError
+
+_email = EmailProvider()
+
+
+class WelcomeEmail(Payload):
+    user_id: str = Field(min_length=1)
+    locale: str = "en"
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 was ``{"user": ...}``."""
+    return {"user_id": data["user"], "locale": "en"}
+
+
+@job(
+    "send_welcome_email",
+    queue="default",
+    model=WelcomeEmail,
+    version=2,
+    upcasters={1: _v1_to_v2},
+    retry_on=(EmailUnavailableError,),
+    permanent_on=(HardBounceError,),
+)
+def send_welcome_email(payload: WelcomeEmail, ctx: JobContext) -> None:
+    # The provider does not dedupe: the harness's idempotency is all that stops a second mail.
+    _email.send(to=f"{payload.user_id}@users.example", template=f"welcome-{payload.locale}", job_id=ctx.job_id)

@@ -1,0 +1,35 @@
+"""A fake payment provider that honours an Idempotency-Key the way Stripe does.
+
+A repeated request with the same key returns the original charge without charging again;
+a request with a new key charges again, so a job that reuses its key cannot double-charge.
+Test mode: an order id containing ``declined`` is declined (permanent); ``flaky-<n>`` is
+rate-limited on the first n calls.
+"""
+
+from functions.providers.effects import EffectsLedger
+from functions.providers.faults import transient_failures_for
+
+PROVIDER = "payments"
+
+
+class CardDeclinedError(Exception):
+    """The issuer declined the charge: retrying cannot help."""
+
+
+class RateLimitedError(Exception):
+    """HTTP 429 from the provider: back off and retry."""
+
+
+class PaymentProvider:
+    def __init__(self, ledger: EffectsLedger | None = None) -> None:
+        self._ledger = ledger or EffectsLedger()
+
+    def charge(self, *, order_id: str, amount_cents: int, currency: str, idempotency_key: str, job_id: str) -> None:
+        effect_key = f"{PROVIDER}:charge:{order_id}"
+        calls = self._ledger.call(effect_key, provider=PROVIDER, job_id=job_id).calls
+        if "declined" in order_id:
+            raise CardDeclinedError(f"card declined for {amount_cents} {currency}")
+        if calls <= transient_failures_for(order_id):
+            raise RateLimitedError("429 too many requests")
+        # A repeated Idempotency-Key returns the original charge: counted, not applied again.
+        self._ledger.apply_once_per_token(effect_key, idempotency_key, provider=PROVIDER, job_id=job_id)

@@ -1,0 +1,292 @@
+"""The policy for one received message: parse, validate, run once, then ack, retry or dead-letter.
+
+Every path ends in exactly one of: the record returns (SQS deletes it: success, duplicate,
+dead-lettered, or re-sent for later), or it raises (a batch item failure: SQS redelivers it
+after the backoff this module set). Nothing is acknowledged before its outcome is durable.
+"""
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel
+
+from conveyor import limits
+from conveyor import message_attributes as attrs
+from conveyor.classify import Outcome, classify
+from conveyor.dead_letter import DeadLetterQueue, Failure
+from conveyor.declarations import JobType, Topology
+from conveyor.delivery import Delivery
+from conveyor.envelope import Envelope, parse_envelope
+from conveyor.errors import ContractError, Snooze
+from conveyor.idempotency import IdempotentRunner
+from conveyor.job_context import JobContext
+from conveyor.payloads import mask_values, sensitive_values
+from conveyor.reasons import Reason
+from conveyor.settings import SERVICE_NAME, WorkerSettings
+from conveyor.timeouts import time_limit
+
+logger = Logger(service=SERVICE_NAME)
+
+# Time kept back from each invocation for the harness's own calls after a job (DLQ send,
+# visibility change): a tenth of the function timeout, at most two seconds.
+RESERVE_FRACTION = 0.1
+MAX_RESERVE_S = 2.0
+MILLISECONDS = 1000
+
+
+class RetryScheduledError(Exception):
+    """Raised to report a batch item failure once the message's backoff is set."""
+
+
+@dataclass
+class Invocation:
+    """One Lambda invocation's time budget, shared by the records of its batch."""
+
+    context: LambdaContext
+    reserve_s: float
+    started: int = field(default=0)
+
+    def budget_for(self, job_timeout: timedelta) -> float | None:
+        """Seconds the next job may run, or None to defer it to a later invocation.
+
+        The first job of a batch runs with whatever time is left; later ones start only if
+        their whole timeout fits, so one slow job cannot push the rest past the deadline.
+        """
+        remaining = self.context.get_remaining_time_in_millis() / MILLISECONDS - self.reserve_s
+        wanted = job_timeout.total_seconds()
+        if remaining >= wanted:
+            return wanted
+        if self.started == 0 and remaining > 0:
+            return remaining
+        return None
+
+
+class Harness:
+    def __init__(
+        self,
+        topology: Topology,
+        settings: WorkerSettings,
+        *,
+        sqs_client: Any,
+        dynamodb_client: Any,
+        rng: random.Random | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self._topology = topology
+        self._settings = settings
+        self.queue = topology.queue(settings.queue)
+        self._sqs = sqs_client
+        self._dlq = DeadLetterQueue(sqs_client, url=settings.dlq_url, source_queue=settings.queue, fifo=self.queue.fifo)
+        self._runners = {
+            job_type.name: IdempotentRunner(
+                job_type, table_name=settings.idempotency_table, dynamodb_client=dynamodb_client
+            )
+            for job_type in topology.job_types_on(settings.queue)
+        }
+        self._rng = rng or random.SystemRandom()
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def begin(self, context: LambdaContext) -> Invocation:
+        for runner in self._runners.values():
+            runner.register(context)
+        reserve = min(MAX_RESERVE_S, self.queue.function_timeout.total_seconds() * RESERVE_FRACTION)
+        return Invocation(context=context, reserve_s=reserve)
+
+    def run_record(self, record: SQSRecord, invocation: Invocation) -> None:
+        now = self._clock()
+        delivery = Delivery.of(record)
+        try:
+            envelope = parse_envelope(record.body)
+        except ContractError as error:
+            self._dead_letter(record, delivery, now, reason=error.reason, error=error)
+            return
+        try:
+            job_type = self._admit(record, envelope)
+            payload = job_type.load_payload(envelope.data, envelope.v)
+        except ContractError as error:
+            self._dead_letter(record, delivery, now, reason=error.reason, error=error, envelope=envelope)
+            return
+        if delivery.not_before and delivery.not_before > now:
+            self._requeue(record, delivery, now, delivery.not_before - now)
+            return
+        age = now - envelope.created_at
+        if age > job_type.retry.max_wall_time:
+            deadline = ContractError(
+                Reason.DEADLINE_EXCEEDED,
+                f"enqueued {age.total_seconds():.0f}s ago, past max_wall_time "
+                f"{job_type.retry.max_wall_time.total_seconds():.0f}s",
+            )
+            self._dead_letter(record, delivery, now, reason=deadline.reason, error=deadline, envelope=envelope)
+            return
+        budget = invocation.budget_for(job_type.timeout or self.queue.function_timeout)
+        if budget is None:
+            self._requeue(record, delivery, now, timedelta(0))
+            return
+        invocation.started += 1
+        self._run(record, delivery, envelope, job_type, payload, budget, now)
+
+    def _admit(self, record: SQSRecord, envelope: Envelope) -> JobType[Any]:
+        job_type = self._topology.job_type(envelope.type)
+        if job_type.queue != self._settings.queue:
+            raise ContractError(
+                Reason.UNKNOWN_TYPE,
+                f"job type {job_type.name!r} runs on queue {job_type.queue!r}, not {self._settings.queue!r}",
+            )
+        size = len(record.body.encode())
+        if size > job_type.max_payload_bytes:
+            raise ContractError(
+                Reason.PAYLOAD_TOO_LARGE,
+                f"body is {size} bytes, over the {job_type.max_payload_bytes}-byte limit of {job_type.name}",
+            )
+        return job_type
+
+    def _run(
+        self,
+        record: SQSRecord,
+        delivery: Delivery,
+        envelope: Envelope,
+        job_type: JobType[Any],
+        payload: BaseModel,
+        budget: float,
+        now: datetime,
+    ) -> None:
+        key = job_type.idempotency_key_for(job_id=envelope.id, dedupe_key=envelope.dedupe_key, payload=payload)
+        bound = {
+            "job_id": envelope.id,
+            "job_type": job_type.name,
+            "attempt": delivery.attempt,
+            **envelope.correlation.model_dump(),
+        }
+        logger.thread_safe_append_keys(**bound)
+        context = JobContext(
+            job_id=envelope.id,
+            job_type=job_type.name,
+            attempt=delivery.attempt,
+            max_attempts=job_type.retry.max_attempts,
+            idempotency_key=key,
+            created_at=envelope.created_at,
+            correlation=envelope.correlation,
+            logger=logger,
+            deadline_monotonic=time.monotonic() + budget,
+        )
+        try:
+            with time_limit(budget):
+                ran = self._runners[job_type.name].run(key, lambda: job_type.handler(payload, context))
+        except Snooze as snooze:
+            logger.info("job snoozed", extra={"delay_s": snooze.delay.total_seconds()})
+            self._requeue(record, delivery, now, snooze.delay)
+        except Exception as error:  # every failure is classified; none escapes unrecorded
+            self._fail(record, delivery, envelope, job_type, error, now)
+        else:
+            logger.info("job succeeded" if ran else "job duplicate absorbed", extra={"outcome": "succeeded"})
+        finally:
+            logger.thread_safe_remove_keys(bound)
+
+    def _fail(
+        self,
+        record: SQSRecord,
+        delivery: Delivery,
+        envelope: Envelope,
+        job_type: JobType[Any],
+        error: Exception,
+        now: datetime,
+    ) -> None:
+        if classify(error, job_type) is Outcome.PERMANENT:
+            self._dead_letter(record, delivery, now, reason=Reason.PERMANENT_ERROR, error=error, envelope=envelope)
+            return
+        if delivery.attempt >= job_type.retry.max_attempts:
+            self._dead_letter(record, delivery, now, reason=Reason.ATTEMPTS_EXHAUSTED, error=error, envelope=envelope)
+            return
+        delay = job_type.retry.delay(delivery.attempt, self._rng)
+        if now + delay - envelope.created_at > job_type.retry.max_wall_time:
+            self._dead_letter(record, delivery, now, reason=Reason.DEADLINE_EXCEEDED, error=error, envelope=envelope)
+            return
+        self._set_visibility(record, delay)
+        logger.warning(
+            "job failed; will retry",
+            extra={
+                "error_class": type(error).__name__,
+                "error": self._describe(error, envelope),
+                "delay_s": delay.total_seconds(),
+            },
+        )
+        raise RetryScheduledError(f"attempt {delivery.attempt} failed; retry in {delay.total_seconds():.1f}s")
+
+    def _set_visibility(self, record: SQSRecord, delay: timedelta) -> None:
+        """Backoff is the message's visibility: SQS hands it out again once the delay has passed."""
+        seconds = min(math.ceil(delay.total_seconds()), int(limits.SQS_MAX_VISIBILITY_TIMEOUT.total_seconds()))
+        try:
+            self._sqs.change_message_visibility(
+                QueueUrl=self._settings.queue_url, ReceiptHandle=record.receipt_handle, VisibilityTimeout=seconds
+            )
+        except Exception:  # the queue's own visibility timeout still brings the message back
+            logger.exception("could not set retry backoff; the queue's visibility timeout applies")
+
+    def _requeue(self, record: SQSRecord, delivery: Delivery, now: datetime, delay: timedelta) -> None:
+        """Run the job later without spending an attempt: re-send a copy, then ack this one.
+
+        SQS delays a message by at most 15 minutes; a longer wait rides along as ``not_before``
+        and the copy is re-sent again until then. A FIFO queue has no per-message delay, so there
+        the message's visibility is extended instead (which holds its group, as FIFO must).
+        """
+        if self.queue.fifo:
+            self._set_visibility(record, delay)
+            raise RetryScheduledError(f"deferred {delay.total_seconds():.1f}s on a FIFO queue")
+        attributes = attrs.from_event(delivery.event_attributes)
+        attributes[attrs.PRIOR_ATTEMPTS] = attrs.number(delivery.attempt - 1)
+        if delivery.receive_count > 1 or delivery.carried_first_failure:
+            attributes[attrs.FIRST_FAILED_AT] = attrs.timestamp(delivery.first_failed_at(now))
+        attributes.pop(attrs.NOT_BEFORE, None)
+        if delay > limits.SQS_MAX_DELAY:
+            attributes[attrs.NOT_BEFORE] = attrs.timestamp(now + delay)
+        self._sqs.send_message(
+            QueueUrl=self._settings.queue_url,
+            MessageBody=record.body,
+            DelaySeconds=math.ceil(min(delay, limits.SQS_MAX_DELAY).total_seconds()),
+            MessageAttributes=attributes,
+        )
+
+    def _dead_letter(
+        self,
+        record: SQSRecord,
+        delivery: Delivery,
+        now: datetime,
+        *,
+        reason: Reason,
+        error: Exception,
+        envelope: Envelope | None = None,
+    ) -> None:
+        failure = Failure(
+            reason=reason,
+            error_class=type(error).__name__,
+            error=self._describe(error, envelope),
+            attempts=delivery.attempt,
+            first_failed_at=delivery.first_failed_at(now),
+            last_failed_at=now,
+            job_type=envelope.type if envelope else None,
+            job_id=envelope.id if envelope else None,
+        )
+        self._dlq.send(record, failure)
+        logger.error(
+            "job dead-lettered",
+            extra={"reason": reason.value, "error_class": failure.error_class, "error": failure.error},
+        )
+
+    def _describe(self, error: BaseException, envelope: Envelope | None) -> str:
+        """The error's text with the payload's sensitive values masked."""
+        text = str(error) or type(error).__name__
+        if envelope is None:
+            return text
+        try:
+            model = self._topology.job_type(envelope.type).model
+        except ContractError:
+            return text
+        return mask_values(text, sensitive_values(model, envelope.data))
