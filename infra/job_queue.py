@@ -121,8 +121,10 @@ class JobQueue(Construct):
                 idempotency_table=idempotency_table.table_name,
             ).to_environment(),
         )
-        # The harness dead-letters with a reason by sending to the DLQ itself.
+        # The harness dead-letters with a reason by sending to the DLQ itself, and re-sends
+        # snoozed or deferred jobs to its own queue.
         self.dlq.grant_send_messages(function)
+        self.queue.grant_send_messages(function)
         idempotency_table.grant(function, *IDEMPOTENCY_ACTIONS)
         # Narrowest scope: the policy CDK fills from the grants above and from active tracing.
         Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(

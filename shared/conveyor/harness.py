@@ -54,13 +54,16 @@ class Invocation:
     reserve_s: float
     started: int = field(default=0)
 
-    def budget_for(self, job_timeout: timedelta) -> float | None:
+    def budget_for(self, job_timeout: timedelta | None) -> float | None:
         """Seconds the next job may run, or None to defer it to a later invocation.
 
-        The first job of a batch runs with whatever time is left; later ones start only if
-        their whole timeout fits, so one slow job cannot push the rest past the deadline.
+        A job with a declared timeout starts only if that whole timeout still fits (the first
+        job of a batch always starts), so one slow job cannot push the rest past the deadline.
+        A job without one may use whatever the invocation has left.
         """
         remaining = self.context.get_remaining_time_in_millis() / MILLISECONDS - self.reserve_s
+        if job_timeout is None:
+            return remaining if remaining > 0 else None
         wanted = job_timeout.total_seconds()
         if remaining >= wanted:
             return wanted
@@ -126,7 +129,7 @@ class Harness:
             )
             self._dead_letter(record, delivery, now, reason=deadline.reason, error=deadline, envelope=envelope)
             return
-        budget = invocation.budget_for(job_type.timeout or self.queue.function_timeout)
+        budget = invocation.budget_for(job_type.timeout)
         if budget is None:
             self._requeue(record, delivery, now, timedelta(0))
             return

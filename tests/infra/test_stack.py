@@ -212,7 +212,11 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
         for policy in synthesized.template.find_resources("AWS::IAM::Policy").values()
         if policy["Properties"]["Roles"] == [{"Ref": role_id}]
     ]
-    granted = {json.dumps(statement["Resource"]): set(statement["Action"]) for statement in statements}
+    granted: dict[str, set[str]] = {}
+    for statement in statements:
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        for resource in resources:
+            granted.setdefault(json.dumps(resource), set()).update(statement["Action"])
     assert granted == {
         _arn(log_group_id): {"logs:CreateLogStream", "logs:PutLogEvents"},
         # X-Ray has no resource-level permissions; the only wildcard resource.
@@ -221,6 +225,7 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
             "sqs:ReceiveMessage",
             "sqs:DeleteMessage",
             "sqs:ChangeMessageVisibility",
+            "sqs:SendMessage",
             "sqs:GetQueueAttributes",
             "sqs:GetQueueUrl",
         },
