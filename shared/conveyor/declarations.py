@@ -294,7 +294,13 @@ class JobType(Generic[P]):
             )
         document = dict(data)
         for step in range(version, self.version):
-            document = self.upcasters[step](document)
+            try:
+                document = self.upcasters[step](document)
+            except Exception as error:  # an old message that even its upcaster cannot read
+                # The error's text is left out: it may quote payload values.
+                raise ContractError(
+                    Reason.INVALID_PAYLOAD, f"upcasting {self.name} v{step} failed: {type(error).__name__}"
+                ) from error
         try:
             # Through JSON, in strict mode: no "5" for 5, but ISO strings for datetimes, as on the wire.
             return self.model.model_validate_json(json.dumps(document), strict=True)

@@ -22,7 +22,11 @@ class JobTimeoutError(RetryableError):
 
 
 class Snooze(ConveyorError):  # noqa: N818 - a request, not an error
-    """Raised by a job to run again after ``delay`` without spending an attempt."""
+    """Raised by a job to run again after ``delay`` without spending an attempt.
+
+    On a FIFO queue, which has no per-message delay, the message's visibility is extended
+    instead, holding its group; that receive then counts as an attempt.
+    """
 
     def __init__(self, delay: timedelta) -> None:
         super().__init__(f"snoozed for {delay.total_seconds():g}s")

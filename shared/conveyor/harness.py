@@ -180,6 +180,7 @@ class Harness:
             logger=logger,
             deadline_monotonic=time.monotonic() + budget,
         )
+
         def call_handler() -> None:
             # The limit covers the handler only, never Powertools' own record writes around it.
             with time_limit(budget):

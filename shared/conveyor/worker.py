@@ -39,8 +39,11 @@ class Worker:
         processor: BatchProcessor = (
             SqsFifoPartialProcessor(skip_group_on_error=True)
             if self._harness.queue.fifo
-            else BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+            else BatchProcessor(event_type=EventType.SQS)
         )
+        # A batch whose every record failed is still a partial response, not an invocation error
+        # (which would count against the function's error alarm and retry the batch the same way).
+        processor.raise_on_entire_batch_failure = False
 
         def record_handler(record: SQSRecord) -> None:
             self._harness.run_record(record, invocation)
