@@ -10,6 +10,7 @@ from conveyor.declarations import Queue, Topology
 from functions.jobs.charge_order import charge_order
 from functions.jobs.deliver_webhook import deliver_webhook
 from functions.jobs.send_welcome_email import send_welcome_email
+from functions.providers.effects import EFFECTS_TABLE
 
 TOPOLOGY = Topology(
     queues=(
@@ -32,4 +33,5 @@ TOPOLOGY = Topology(
         ),
     ),
     job_types=(send_welcome_email, charge_order, deliver_webhook),
+    tables=(EFFECTS_TABLE,),
 )

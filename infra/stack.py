@@ -7,9 +7,9 @@ from constructs import Construct
 from conveyor import outputs
 from conveyor.declarations import Topology
 from infra.alarm_topic import AlarmTopic
-from infra.example_effects import ExampleEffectsTable
 from infra.idempotency_table import IdempotencyTable
 from infra.job_queue import JobQueue
+from infra.job_table import JobTable
 from infra.worker_package import WorkerPackage
 
 
@@ -48,9 +48,10 @@ class ConveyorStack(Stack):
             )
             for declaration in topology.queues
         }
-        effects = ExampleEffectsTable(self, "ExampleEffects")
-        for job_queue in self.job_queues.values():
-            effects.grant_to(job_queue.function)
+        for declaration in topology.tables:
+            table = JobTable(self, f"Table-{declaration.name}", declaration=declaration)
+            for job_queue in self.job_queues.values():
+                table.grant_to(job_queue.function)
         CfnOutput(self, outputs.ALARM_TOPIC, value=alarms.topic.topic_arn)
         CfnOutput(self, outputs.IDEMPOTENCY_TABLE, value=idempotency.table.table_name)
         for name, job_queue in self.job_queues.items():

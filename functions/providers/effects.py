@@ -11,9 +11,12 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
-EFFECTS_TABLE_ENV = "CONVEYOR_EFFECTS_TABLE"
-DEFAULT_EFFECTS_TABLE = "conveyor-effects"
-KEY_ATTRIBUTE = "effect_key"
+from conveyor import naming
+from conveyor.declarations import Table
+
+# Declared in functions/topology.py; the stack and the local runtime create it from there.
+EFFECTS_TABLE = Table("effects", key="effect_key")
+KEY_ATTRIBUTE = EFFECTS_TABLE.key
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,9 @@ class Effect:
 
 class EffectsLedger:
     def __init__(self, table_name: str | None = None, client: Any = None) -> None:
-        self._table_name = table_name or os.environ.get(EFFECTS_TABLE_ENV) or DEFAULT_EFFECTS_TABLE
+        self._table_name = (
+            table_name or os.environ.get(naming.table_env(EFFECTS_TABLE.name)) or naming.table_name(EFFECTS_TABLE.name)
+        )
         self._client = client
 
     @property

@@ -201,6 +201,35 @@ class Queue:
         return self.function_timeout * limits.VISIBILITY_TO_TIMEOUT_RATIO
 
 
+# Conveyor's own table uses this name; a declared table may not.
+RESERVED_TABLE_NAMES = frozenset({"idempotency"})
+ATTRIBUTE_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,254}$")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A DynamoDB table the jobs use: created beside the queues, granted to every worker.
+
+    Workers find it through the environment variable ``naming.table_env(name)``; locally it
+    is ``<prefix>-<name>``.
+    """
+
+    name: str
+    key: str
+    ttl_attribute: str | None = None
+
+    def __post_init__(self) -> None:
+        where = f"table {self.name!r}"
+        _require(bool(QUEUE_NAME_PATTERN.match(self.name)), where, f"name must match {QUEUE_NAME_PATTERN.pattern}")
+        _require(self.name not in RESERVED_TABLE_NAMES, where, "the name is reserved for Conveyor's own table")
+        for attribute in (self.key, self.ttl_attribute):
+            _require(
+                attribute is None or bool(ATTRIBUTE_NAME_PATTERN.match(attribute)),
+                where,
+                f"attribute name {attribute!r} is not a valid DynamoDB attribute name",
+            )
+
+
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 Handler = Callable[[P, JobContext], object]
 
@@ -354,11 +383,13 @@ class Topology:
 
     queues: tuple[Queue, ...]
     job_types: tuple[JobType[Any], ...] = ()
+    tables: tuple[Table, ...] = ()
 
     def __post_init__(self) -> None:
         _require(bool(self.queues), "topology", "declare at least one queue")
         _reject_duplicates("queue", (q.name for q in self.queues))
         _reject_duplicates("job type", (j.name for j in self.job_types))
+        _reject_duplicates("table", (t.name for t in self.tables))
         by_name = {q.name: q for q in self.queues}
         for job in self.job_types:
             where = f"job type {job.name!r}"

@@ -24,3 +24,16 @@ def queue_name(queue: str, *, fifo: bool = False, prefix: str | None = None) -> 
 
 def dlq_name(queue: str, *, fifo: bool = False, prefix: str | None = None) -> str:
     return queue_name(f"{queue}-dlq", fifo=fifo, prefix=prefix)
+
+
+def table_name(table: str, *, prefix: str | None = None) -> str:
+    """A table's local physical name; in AWS the stack names tables and passes the names on."""
+    return f"{prefix or current_prefix()}-{table}"
+
+
+IDEMPOTENCY_TABLE = "idempotency"
+
+
+def table_env(table: str) -> str:
+    """The environment variable carrying a declared table's physical name to the workers."""
+    return "CONVEYOR_TABLE_" + table.upper().replace("-", "_")

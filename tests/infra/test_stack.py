@@ -9,11 +9,10 @@ from aws_cdk.assertions import Capture, Match
 
 from conveyor import limits, naming, outputs
 from conveyor.settings import WorkerSettings
-from functions.providers.effects import EFFECTS_TABLE_ENV
+from functions.providers.effects import EFFECTS_TABLE
 from functions.providers.effects import KEY_ATTRIBUTE as EFFECTS_KEY
 from functions.topology import TOPOLOGY
 from infra.app import LOG_RETENTION_CONTEXT, POWERTOOLS_LAYER_CONTEXT, PREFIX_CONTEXT, project_context
-from infra.example_effects import LEDGER_ACTIONS
 from infra.idempotency_table import KEY_ATTRIBUTE as IDEMPOTENCY_KEY
 from infra.job_queue import DLQ_RETENTION, IDEMPOTENCY_ACTIONS
 from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME
@@ -179,7 +178,7 @@ def test_worker_environment_names_its_own_queue_dlq_and_table(synthesized: Synth
     assert json.loads(settings.dlq_url) == {"Ref": ids.dlq}
     assert json.loads(settings.idempotency_table) == {"Ref": table_id}
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Conveyor"
-    assert variables[EFFECTS_TABLE_ENV] == {"Ref": synthesized.table(EFFECTS_KEY)}
+    assert variables[naming.table_env(EFFECTS_TABLE.name)] == {"Ref": synthesized.table(EFFECTS_KEY)}
 
 
 def test_critical_capacity_is_reserved_and_covers_its_event_source(synthesized: Synthesized) -> None:
@@ -192,6 +191,23 @@ def test_critical_capacity_is_reserved_and_covers_its_event_source(synthesized: 
             assert function["ReservedConcurrentExecutions"] == declaration.reserved_concurrency
             assert function["ReservedConcurrentExecutions"] >= declaration.max_concurrency
     assert "ReservedConcurrentExecutions" in synthesized.properties(synthesized.of_queue("critical").function)
+
+
+# What grant_read_write_data gives on a declared table.
+TABLE_READ_WRITE = {
+    "dynamodb:BatchGetItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:DescribeTable",
+    "dynamodb:GetItem",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+    "dynamodb:Scan",
+    "dynamodb:UpdateItem",
+}
 
 
 def _arn(logical_id: str) -> str:
@@ -231,7 +247,7 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
         },
         _arn(ids.dlq): {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"},
         _arn(table_id): set(IDEMPOTENCY_ACTIONS),
-        _arn(effects_id): set(LEDGER_ACTIONS),
+        _arn(effects_id): TABLE_READ_WRITE,
     }
 
 

@@ -12,6 +12,7 @@ from conveyor.declarations import (
     JobType,
     Queue,
     RetryPolicy,
+    Table,
     Topology,
 )
 from conveyor.job_context import JobContext
@@ -158,3 +159,21 @@ def test_project_topology_isolates_critical_from_bulk() -> None:
     assert bulk.batch_size > default.batch_size
     assert bulk.batching_window > timedelta(0)
     assert bulk.max_concurrency < default.max_concurrency
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (lambda: Table("idempotency", key="id"), "table 'idempotency': the name is reserved"),
+        (lambda: Table("Effects", key="id"), "table 'Effects': name must match"),
+        (lambda: Table("effects", key="bad key"), "attribute name 'bad key' is not a valid DynamoDB attribute name"),
+        (
+            lambda: Topology(queues=(queue(),), tables=(Table("effects", key="k"), Table("effects", key="k"))),
+            "table 'effects': declared twice",
+        ),
+    ],
+)
+def test_bad_table_declarations_fail_naming_the_table(table: Any, message: str) -> None:
+    with pytest.raises(DeclarationError) as raised:
+        table()
+    assert message in str(raised.value)

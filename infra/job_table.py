@@ -1,0 +1,29 @@
+"""A table declared in the topology for the jobs' own use, granted to every worker."""
+
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from conveyor import naming
+from conveyor.declarations import Table
+
+
+class JobTable(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, declaration: Table) -> None:
+        super().__init__(scope, construct_id)
+        self.declaration = declaration
+        self.table = dynamodb.Table(
+            self,
+            "Table",
+            partition_key=dynamodb.Attribute(name=declaration.key, type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            time_to_live_attribute=declaration.ttl_attribute,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+        )
+
+    def grant_to(self, function: lambda_.Function) -> None:
+        """Read and write items, and learn the table's name from the environment."""
+        self.table.grant_read_write_data(function)
+        function.add_environment(naming.table_env(self.declaration.name), self.table.table_name)

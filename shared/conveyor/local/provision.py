@@ -1,0 +1,114 @@
+"""Create the declared queues and tables with the settings the CDK stack gives them.
+
+The stack and this module both derive every setting from the declarations; a test compares
+the synthesized template with what this module creates, so the two cannot drift apart.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor import limits, naming
+from conveyor.declarations import Queue, Topology
+from conveyor.settings import WorkerSettings
+
+# Powertools' DynamoDBPersistenceLayer defaults, as in the stack's idempotency table.
+IDEMPOTENCY_KEY = "id"
+IDEMPOTENCY_TTL = "expiration"
+
+
+@dataclass(frozen=True)
+class ProvisionedQueue:
+    name: str
+    url: str
+    arn: str
+    dlq_url: str
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """Where the local resources are, and the environment the stack would give the workers."""
+
+    queues: dict[str, ProvisionedQueue]
+    idempotency_table: str
+    tables: dict[str, str]
+
+    def worker_settings(self, queue: str) -> WorkerSettings:
+        provisioned = self.queues[queue]
+        return WorkerSettings(
+            queue=queue,
+            queue_url=provisioned.url,
+            dlq_url=provisioned.dlq_url,
+            idempotency_table=self.idempotency_table,
+        )
+
+    def table_environment(self) -> dict[str, str]:
+        return {naming.table_env(name): physical for name, physical in self.tables.items()}
+
+
+def queue_attributes(queue: Queue, *, max_receive_count: int, dlq_arn: str) -> dict[str, str]:
+    """The work queue's attributes, as JobQueue sets them."""
+    attributes = {
+        "MessageRetentionPeriod": str(int(queue.retention.total_seconds())),
+        "VisibilityTimeout": str(int(queue.effective_visibility_timeout.total_seconds())),
+        "SqsManagedSseEnabled": "true",
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}),
+    }
+    return {**attributes, **_fifo(queue)}
+
+
+def dlq_attributes(queue: Queue) -> dict[str, str]:
+    """The DLQ's attributes, as JobQueue sets them: the longest retention SQS allows."""
+    return {
+        "MessageRetentionPeriod": str(int(limits.SQS_MAX_RETENTION.total_seconds())),
+        "SqsManagedSseEnabled": "true",
+        **_fifo(queue),
+    }
+
+
+def _fifo(queue: Queue) -> dict[str, str]:
+    return {"FifoQueue": "true"} if queue.fifo else {}
+
+
+def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None = None) -> Provisioned:
+    """Create (or find, if they exist) every declared queue, DLQ and table."""
+    queues = {}
+    for queue in topology.queues:
+        dlq_url = sqs.create_queue(
+            QueueName=naming.dlq_name(queue.name, fifo=queue.fifo, prefix=prefix), Attributes=dlq_attributes(queue)
+        )["QueueUrl"]
+        dlq_arn = _arn(sqs, dlq_url)
+        url = sqs.create_queue(
+            QueueName=naming.queue_name(queue.name, fifo=queue.fifo, prefix=prefix),
+            Attributes=queue_attributes(
+                queue, max_receive_count=topology.max_receive_count(queue.name), dlq_arn=dlq_arn
+            ),
+        )["QueueUrl"]
+        queues[queue.name] = ProvisionedQueue(name=queue.name, url=url, arn=_arn(sqs, url), dlq_url=dlq_url)
+    idempotency = naming.table_name(naming.IDEMPOTENCY_TABLE, prefix=prefix)
+    _create_table(dynamodb, idempotency, key=IDEMPOTENCY_KEY, ttl_attribute=IDEMPOTENCY_TTL)
+    tables = {}
+    for table in topology.tables:
+        tables[table.name] = naming.table_name(table.name, prefix=prefix)
+        _create_table(dynamodb, tables[table.name], key=table.key, ttl_attribute=table.ttl_attribute)
+    return Provisioned(queues=queues, idempotency_table=idempotency, tables=tables)
+
+
+def _arn(sqs: Any, url: str) -> str:
+    return str(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
+
+
+def _create_table(dynamodb: Any, name: str, *, key: str, ttl_attribute: str | None) -> None:
+    try:
+        dynamodb.create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": key, "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    except dynamodb.exceptions.ResourceInUseException:
+        return
+    if ttl_attribute:
+        dynamodb.update_time_to_live(
+            TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute}
+        )
