@@ -8,9 +8,11 @@ from typing import Any, TextIO
 
 import click
 
-from conveyor.declarations import DeclarationError, Topology
+from conveyor.cli_project import Project
+from conveyor.declarations import Topology
 from conveyor.durations import format_duration
-from conveyor.loader import TOPOLOGY_ENV, load_topology
+from conveyor.loader import TOPOLOGY_ENV
+from conveyor.local.cli import local
 from conveyor.schema import envelope_schema
 
 
@@ -55,15 +57,18 @@ def _queue_rows(topology: Topology) -> list[dict[str, Any]]:
 @click.pass_context
 def cli(ctx: click.Context, topology_spec: str | None) -> None:
     """Operate Conveyor queues and jobs."""
-    ctx.obj = topology_spec
+    ctx.obj = Project(topology_spec)
+
+
+cli.add_command(local)
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj
-def topology(topology_spec: str | None, as_json: bool) -> None:
+def topology(project: Project, as_json: bool) -> None:
     """Show the declared queues, the job types routed to them and their derived settings."""
-    declared = _load(topology_spec)
+    declared = project.topology
     rows = _queue_rows(declared)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -103,16 +108,9 @@ def topology(topology_spec: str | None, as_json: bool) -> None:
 @cli.command()
 @click.option("--output", type=click.File("w"), default="-", help="Write to FILE instead of stdout.")
 @click.pass_obj
-def schema(topology_spec: str | None, output: TextIO) -> None:
+def schema(project: Project, output: TextIO) -> None:
     """Print the JSON Schema of the envelope and every declared payload."""
-    output.write(json.dumps(envelope_schema(_load(topology_spec)), indent=2) + "\n")
-
-
-def _load(topology_spec: str | None) -> Topology:
-    try:
-        return load_topology(topology_spec)
-    except DeclarationError as error:
-        raise click.ClickException(str(error)) from error
+    output.write(json.dumps(envelope_schema(project.topology), indent=2) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

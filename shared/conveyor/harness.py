@@ -28,6 +28,7 @@ from conveyor.envelope import Envelope, parse_envelope
 from conveyor.errors import ContractError, Snooze
 from conveyor.idempotency import IdempotentRunner
 from conveyor.job_context import JobContext
+from conveyor.outcomes import JobOutcome, Kind, Observer, ignore
 from conveyor.payloads import mask_values, sensitive_values
 from conveyor.reasons import Reason
 from conveyor.settings import SERVICE_NAME, WorkerSettings
@@ -82,6 +83,7 @@ class Harness:
         dynamodb_client: Any,
         rng: random.Random | None = None,
         clock: Callable[[], datetime] | None = None,
+        observer: Observer = ignore,
     ) -> None:
         self._topology = topology
         self._settings = settings
@@ -96,6 +98,7 @@ class Harness:
         }
         self._rng = rng or random.SystemRandom()
         self._clock = clock or (lambda: datetime.now(UTC))
+        self._observer = observer
 
     def begin(self, context: LambdaContext) -> Invocation:
         for runner in self._runners.values():
@@ -118,7 +121,7 @@ class Harness:
             self._dead_letter(record, delivery, now, reason=error.reason, error=error, envelope=envelope)
             return
         if delivery.not_before and delivery.not_before > now:
-            self._requeue(record, delivery, now, delivery.not_before - now)
+            self._requeue(record, delivery, envelope, now, delivery.not_before - now, Kind.SNOOZED)
             return
         age = now - envelope.created_at
         if age > job_type.retry.max_wall_time:
@@ -131,7 +134,7 @@ class Harness:
             return
         budget = invocation.budget_for(job_type.timeout)
         if budget is None:
-            self._requeue(record, delivery, now, timedelta(0))
+            self._requeue(record, delivery, envelope, now, timedelta(0), Kind.DEFERRED)
             return
         invocation.started += 1
         self._run(record, delivery, envelope, job_type, payload, budget, now)
@@ -163,6 +166,7 @@ class Harness:
     ) -> None:
         key = job_type.idempotency_key_for(job_id=envelope.id, dedupe_key=envelope.dedupe_key, payload=payload)
         bound = {
+            "queue": self.queue.name,
             "job_id": envelope.id,
             "job_type": job_type.name,
             "attempt": delivery.attempt,
@@ -190,11 +194,13 @@ class Harness:
             ran = self._runners[job_type.name].run(key, call_handler)
         except Snooze as snooze:
             logger.info("job snoozed", extra={"delay_s": snooze.delay.total_seconds()})
-            self._requeue(record, delivery, now, snooze.delay)
+            self._requeue(record, delivery, envelope, now, snooze.delay, Kind.SNOOZED)
         except Exception as error:  # every failure is classified; none escapes unrecorded
             self._fail(record, delivery, envelope, job_type, error, now)
         else:
-            logger.info("job succeeded" if ran else "job duplicate absorbed", extra={"outcome": "succeeded"})
+            kind = Kind.SUCCEEDED if ran else Kind.DUPLICATE
+            logger.info("job succeeded" if ran else "job duplicate absorbed", extra={"outcome": kind.value})
+            self._report(kind, delivery, envelope)
         finally:
             logger.thread_safe_remove_keys(bound)
 
@@ -226,6 +232,7 @@ class Harness:
                 "delay_s": delay.total_seconds(),
             },
         )
+        self._report(Kind.RETRIED, delivery, envelope, error_class=type(error).__name__)
         raise RetryScheduledError(f"attempt {delivery.attempt} failed; retry in {delay.total_seconds():.1f}s")
 
     def _set_visibility(self, record: SQSRecord, delay: timedelta) -> None:
@@ -238,7 +245,9 @@ class Harness:
         except Exception:  # the queue's own visibility timeout still brings the message back
             logger.exception("could not set retry backoff; the queue's visibility timeout applies")
 
-    def _requeue(self, record: SQSRecord, delivery: Delivery, now: datetime, delay: timedelta) -> None:
+    def _requeue(
+        self, record: SQSRecord, delivery: Delivery, envelope: Envelope, now: datetime, delay: timedelta, kind: Kind
+    ) -> None:
         """Run the job later without spending an attempt: re-send a copy, then ack this one.
 
         SQS delays a message by at most 15 minutes; a longer wait rides along as ``not_before``
@@ -247,6 +256,7 @@ class Harness:
         """
         if self.queue.fifo:
             self._set_visibility(record, delay)
+            self._report(kind, delivery, envelope)
             raise RetryScheduledError(f"deferred {delay.total_seconds():.1f}s on a FIFO queue")
         attributes = attrs.from_event(delivery.event_attributes)
         attributes[attrs.PRIOR_ATTEMPTS] = attrs.number(delivery.attempt - 1)
@@ -261,6 +271,7 @@ class Harness:
             DelaySeconds=math.ceil(min(delay, limits.SQS_MAX_DELAY).total_seconds()),
             MessageAttributes=attributes,
         )
+        self._report(kind, delivery, envelope)
 
     def _dead_letter(
         self,
@@ -283,9 +294,33 @@ class Harness:
             job_id=envelope.id if envelope else None,
         )
         self._dlq.send(record, failure)
+        self._report(Kind.DEAD_LETTERED, delivery, envelope, reason=reason, error_class=failure.error_class)
         logger.error(
             "job dead-lettered",
             extra={"reason": reason.value, "error_class": failure.error_class, "error": failure.error},
+        )
+
+    def _report(
+        self,
+        kind: Kind,
+        delivery: Delivery,
+        envelope: Envelope | None,
+        *,
+        reason: Reason | None = None,
+        error_class: str | None = None,
+    ) -> None:
+        self._observer(
+            JobOutcome(
+                queue=self.queue.name,
+                kind=kind,
+                job_type=envelope.type if envelope else None,
+                job_id=envelope.id if envelope else None,
+                attempt=delivery.attempt,
+                created_at=envelope.created_at if envelope else None,
+                finished_at=self._clock(),
+                reason=reason,
+                error_class=error_class,
+            )
         )
 
     def _describe(self, error: BaseException, envelope: Envelope | None) -> str:

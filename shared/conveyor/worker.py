@@ -30,10 +30,6 @@ class Worker:
     def __init__(self, harness: Harness) -> None:
         self._harness = harness
 
-    @property
-    def queue_name(self) -> str:
-        return self._harness.queue.name
-
     def handle(self, event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
         invocation = self._harness.begin(context)
         processor: BatchProcessor = (
@@ -72,7 +68,6 @@ def make_handler(topology: Topology) -> LambdaHandler:
                 dynamodb_client=boto3.client("dynamodb"),
             )
             worker = Worker(harness)
-        logger.append_keys(queue=worker.queue_name)
         return worker.handle(event, context)
 
     return handler

@@ -1,0 +1,74 @@
+"""`jobs local ...`: run the platform on this machine, with moto as the embedded AWS."""
+
+import os
+import signal
+import threading
+
+import click
+
+from conveyor.cli_project import Project
+from conveyor.declarations import Topology
+from conveyor.local.embedded import DEFAULT_PORT, EmbeddedAws, LocalRuntimeError
+from conveyor.local.runtime import LocalRuntime, local_environment
+
+DEFAULT_GRACE_S = 30.0
+
+
+def _wait_for_stop_signal() -> None:
+    """Block until SIGINT (Ctrl-C) or SIGTERM."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+
+
+def _start_server(port: int) -> EmbeddedAws:
+    server = EmbeddedAws(port)
+    try:
+        server.start()
+    except LocalRuntimeError as error:
+        raise click.ClickException(str(error)) from error
+    return server
+
+
+def _run_until_stopped(topology: Topology, endpoint_url: str, grace: float) -> None:
+    os.environ.update(local_environment(endpoint_url))
+    runtime = LocalRuntime(topology, endpoint_url=endpoint_url)
+    runtime.start()
+    assert runtime.provisioned is not None
+    click.echo(f"conveyor: workers running against {endpoint_url}", err=True)
+    for name, queue in runtime.provisioned.queues.items():
+        click.echo(f"  {name:<12} {queue.url}", err=True)
+    click.echo(f"  export AWS_ENDPOINT_URL={endpoint_url}   # to reach it from another shell", err=True)
+    _wait_for_stop_signal()
+    click.echo(f"conveyor: draining (up to {grace:g}s for in-flight batches)", err=True)
+    if not runtime.drain(grace):
+        click.echo("conveyor: batches still running were left to return to their queues", err=True)
+
+
+@click.group()
+def local() -> None:
+    """Run the declared platform on this machine: no AWS account, no Docker."""
+
+
+@local.command()
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--grace", default=DEFAULT_GRACE_S, show_default=True, help="Seconds in-flight batches get on stop.")
+@click.pass_obj
+def up(project: Project, port: int, grace: float) -> None:
+    """Start moto on 127.0.0.1, provision the declared topology and run every queue's worker."""
+    topology = project.topology
+    server = _start_server(port)
+    try:
+        _run_until_stopped(topology, server.endpoint_url, grace)
+    finally:
+        server.stop()
+
+
+@local.command()
+@click.option("--endpoint", required=True, metavar="URL", help="An AWS endpoint, e.g. a running `jobs local up`.")
+@click.option("--grace", default=DEFAULT_GRACE_S, show_default=True, help="Seconds in-flight batches get on stop.")
+@click.pass_obj
+def work(project: Project, endpoint: str, grace: float) -> None:
+    """Run every queue's worker against an existing endpoint (provisioning what is missing)."""
+    _run_until_stopped(project.topology, endpoint, grace)

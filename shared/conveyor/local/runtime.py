@@ -1,0 +1,83 @@
+"""The declared workers, running in this process against an AWS endpoint.
+
+Each queue gets the worker the stack would deploy (the same harness, the same settings)
+behind an event source mapping emulator. Stopping drains: pollers stop receiving, and
+in-flight batches finish within a grace period or return to their queue when their
+visibility timeout lapses.
+"""
+
+import os
+import time
+from typing import Any
+
+import boto3
+
+from conveyor import naming
+from conveyor.declarations import Topology
+from conveyor.harness import Harness
+from conveyor.local.event_source import QueuePoller
+from conveyor.local.provision import Provisioned, provision
+from conveyor.outcomes import Observer, ignore
+from conveyor.worker import Worker
+
+REGION = "us-east-1"
+# Credentials for the embedded endpoint only; real ones are never needed or sent.
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
+
+
+def local_environment(endpoint_url: str) -> dict[str, str]:
+    """What every boto3 client in the process (the jobs' own included) needs to reach the endpoint."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint_url,
+        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        # DynamoDB Streams calls carry an ARN; moto serves only the region endpoint.
+        "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+        **LOCAL_CREDENTIALS,
+    }
+
+
+class LocalRuntime:
+    def __init__(self, topology: Topology, *, endpoint_url: str, observer: Observer = ignore) -> None:
+        self.topology = topology
+        self.endpoint_url = endpoint_url
+        self._observer = observer
+        self.sqs: Any = boto3.client("sqs", endpoint_url=endpoint_url, region_name=REGION)
+        self.dynamodb: Any = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=REGION)
+        self.pollers: dict[str, QueuePoller] = {}
+        self.provisioned: Provisioned | None = None
+
+    def provision(self) -> Provisioned:
+        self.provisioned = provision(self.topology, sqs=self.sqs, dynamodb=self.dynamodb)
+        return self.provisioned
+
+    def start(self) -> None:
+        """Provision, then start one poller per queue, each invoking that queue's worker."""
+        provisioned = self.provision()
+        # The stack gives every worker these variables; here all workers share one process.
+        os.environ.update(provisioned.table_environment())
+        for queue in self.topology.queues:
+            harness = Harness(
+                self.topology,
+                provisioned.worker_settings(queue.name),
+                sqs_client=self.sqs,
+                dynamodb_client=self.dynamodb,
+                observer=self._observer,
+            )
+            poller = QueuePoller(
+                declaration=queue,
+                provisioned=provisioned.queues[queue.name],
+                handler=Worker(harness).handle,
+                sqs=self.sqs,
+                function_name=f"{naming.queue_name(queue.name)}-worker",
+            )
+            self.pollers[queue.name] = poller
+            poller.start()
+
+    def drain(self, grace_s: float) -> bool:
+        """Stop receiving and wait up to ``grace_s`` for in-flight batches; True if none was left running."""
+        for poller in self.pollers.values():
+            poller.stop()
+        deadline = time.monotonic() + grace_s
+        return all(poller.join(deadline) for poller in self.pollers.values())
