@@ -26,7 +26,7 @@ SYNTH_ENV := AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 .PHONY: help setup lint typecheck unit synth cfn-lint test demo diff deploy schema clean
 
 help:
-	@echo "make demo    - the local demo (arrives with the local-runtime issue)"
+	@echo "make demo    - the whole platform on this machine, a scenario run end to end and checked"
 	@echo "make test    - lint, type-check, tests, cdk synth with cdk-nag, cfn-lint"
 	@echo "make synth   - cdk synth into $(CDK_OUT)/, offline, no credentials"
 	@echo "make diff    - cdk diff against your AWS account (needs credentials)"
@@ -67,9 +67,8 @@ test: lint typecheck unit cfn-lint
 schema: $(PY_STAMP)
 	$(BIN)/jobs schema --output docs/schema/envelope.schema.json
 
-demo: setup
-	$(BIN)/jobs topology
-	@echo "The local runtime (make demo's scenario) lands with the local-runtime issue; see README.md."
+demo: $(PY_STAMP)
+	$(BIN)/jobs local demo
 
 diff: setup
 	$(CDK) diff

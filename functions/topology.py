@@ -28,7 +28,7 @@ TOPOLOGY = Topology(
             function_timeout=timedelta(minutes=5),
             memory_mb=512,
             batch_size=100,
-            batching_window=timedelta(seconds=30),
+            batching_window=timedelta(seconds=5),
             max_concurrency=2,
         ),
     ),

@@ -18,15 +18,19 @@ class HardBounceError(Exception):
     """The address does not exist: sending again cannot help."""
 
 
+def effect_key(to: str, template: str) -> str:
+    return f"{PROVIDER}:{template}:{to}"
+
+
 class EmailProvider:
     def __init__(self, ledger: EffectsLedger | None = None) -> None:
         self._ledger = ledger or EffectsLedger()
 
     def send(self, *, to: str, template: str, job_id: str) -> None:
-        effect_key = f"{PROVIDER}:{template}:{to}"
-        calls = self._ledger.call(effect_key, provider=PROVIDER, job_id=job_id).calls
+        key = effect_key(to, template)
+        calls = self._ledger.call(key, provider=PROVIDER, job_id=job_id).calls
         if "bounce" in to:
             raise HardBounceError(f"550 mailbox unavailable: {to}")
         if calls <= transient_failures_for(to):
             raise EmailUnavailableError("503 service unavailable")
-        self._ledger.apply(effect_key, provider=PROVIDER, job_id=job_id)
+        self._ledger.apply(key, provider=PROVIDER, job_id=job_id)

@@ -20,16 +20,20 @@ class RateLimitedError(Exception):
     """HTTP 429 from the provider: back off and retry."""
 
 
+def effect_key(order_id: str) -> str:
+    return f"{PROVIDER}:charge:{order_id}"
+
+
 class PaymentProvider:
     def __init__(self, ledger: EffectsLedger | None = None) -> None:
         self._ledger = ledger or EffectsLedger()
 
     def charge(self, *, order_id: str, amount_cents: int, currency: str, idempotency_key: str, job_id: str) -> None:
-        effect_key = f"{PROVIDER}:charge:{order_id}"
-        calls = self._ledger.call(effect_key, provider=PROVIDER, job_id=job_id).calls
+        key = effect_key(order_id)
+        calls = self._ledger.call(key, provider=PROVIDER, job_id=job_id).calls
         if "declined" in order_id:
             raise CardDeclinedError(f"card declined for {amount_cents} {currency}")
         if calls <= transient_failures_for(order_id):
             raise RateLimitedError("429 too many requests")
         # A repeated Idempotency-Key returns the original charge: counted, not applied again.
-        self._ledger.apply_once_per_token(effect_key, idempotency_key, provider=PROVIDER, job_id=job_id)
+        self._ledger.apply_once_per_token(key, idempotency_key, provider=PROVIDER, job_id=job_id)

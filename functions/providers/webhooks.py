@@ -16,18 +16,22 @@ ACCEPTED = 204
 SERVICE_UNAVAILABLE = 503
 
 
+def effect_key(url: str, event_id: str) -> str:
+    return f"{PROVIDER}:{url}:{event_id}"
+
+
 class WebhookReceiver:
     def __init__(self, ledger: EffectsLedger | None = None) -> None:
         self._ledger = ledger or EffectsLedger()
 
     def post(self, *, url: str, event_id: str, body: str, job_id: str) -> int:
         """Deliver ``body`` and return the HTTP status the receiver answered."""
-        effect_key = f"{PROVIDER}:{url}:{event_id}"
-        calls = self._ledger.call(effect_key, provider=PROVIDER, job_id=job_id).calls
+        key = effect_key(url, event_id)
+        calls = self._ledger.call(key, provider=PROVIDER, job_id=job_id).calls
         forced = _STATUS.search(url)
         if forced and int(forced.group(1)) != ACCEPTED:
             return int(forced.group(1))
         if calls <= transient_failures_for(url):
             return SERVICE_UNAVAILABLE
-        self._ledger.apply(effect_key, provider=PROVIDER, job_id=job_id)
+        self._ledger.apply(key, provider=PROVIDER, job_id=job_id)
         return ACCEPTED

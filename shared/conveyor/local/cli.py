@@ -3,15 +3,21 @@
 import os
 import signal
 import threading
+from pathlib import Path
+from typing import cast
 
 import click
 
 from conveyor.cli_project import Project
-from conveyor.declarations import Topology
-from conveyor.local.embedded import DEFAULT_PORT, EmbeddedAws, LocalRuntimeError
+from conveyor.declarations import DeclarationError, Topology
+from conveyor.loader import load_attribute
+from conveyor.local.demo import Scenario, run_demo
+from conveyor.local.embedded import DEFAULT_PORT, EmbeddedAws, LocalRuntimeError, free_port
 from conveyor.local.runtime import LocalRuntime, local_environment
 
 DEFAULT_GRACE_S = 30.0
+DEFAULT_SCENARIO = "functions.demo:SCENARIO"
+DEMO_LOG = Path(".cache/demo/worker.log")
 
 
 def _wait_for_stop_signal() -> None:
@@ -63,6 +69,34 @@ def up(project: Project, port: int, grace: float) -> None:
         _run_until_stopped(topology, server.endpoint_url, grace)
     finally:
         server.stop()
+
+
+@local.command()
+@click.option("--scenario", default=DEFAULT_SCENARIO, show_default=True, metavar="MODULE:ATTR")
+@click.option("--port", default=0, help="Port for the embedded AWS (default: any free port).")
+@click.pass_obj
+def demo(project: Project, scenario: str, port: int) -> None:
+    """Run the demo scenario end to end on a fresh local platform, then report and check it."""
+    topology = project.topology
+    try:
+        loaded = load_attribute(scenario, "scenario")
+    except DeclarationError as error:
+        raise click.ClickException(str(error)) from error
+    if not callable(getattr(loaded, "produce", None)) or not callable(getattr(loaded, "check", None)):
+        raise click.ClickException(f"scenario {scenario!r}: needs produce(runtime) and check(observed)")
+    server = _start_server(port or free_port())
+    os.environ.update(local_environment(server.endpoint_url))
+    click.echo(f"conveyor demo: embedded AWS at {server.endpoint_url}; scenario {scenario}")
+    try:
+        held = run_demo(
+            lambda observed: LocalRuntime(topology, endpoint_url=server.endpoint_url, observer=observed.record),
+            cast(Scenario, loaded),
+            log_path=DEMO_LOG,
+        )
+    finally:
+        server.stop()
+    if not held:
+        raise click.ClickException("demo: invariants failed (see above)")
 
 
 @local.command()

@@ -1,0 +1,248 @@
+"""The demo scenario for the example jobs: hundreds of each, with faults injected, then checked.
+
+What it sends, per job type:
+- several hundred jobs through the SDK, in batches;
+- transient faults (``flaky-<n>`` inputs) that succeed after backoff;
+- permanent faults (a bounced address, a declined card, a 404 receiver) that must be dead-lettered;
+- duplicate enqueues (same dedupe key, or the same order) and duplicate deliveries (the same
+  body sent twice, as SQS may deliver it) that must cause no second effect;
+and, straight to the queues, poison messages that must land in the DLQs with their reasons.
+"""
+
+import json
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from conveyor.envelope import Envelope
+from conveyor.local.demo import Invariant, Observed
+from conveyor.local.runtime import LocalRuntime
+from conveyor.outcomes import Kind
+from conveyor.producer import JobClient, JobRequest
+from conveyor.reasons import Reason
+from functions.providers import email, payments, webhooks
+from functions.providers.effects import EFFECTS_TABLE, EffectsLedger
+
+JOBS_PER_TYPE = 200
+# Every n-th job gets a fault or a duplicate; the remainders keep the sets apart.
+TRANSIENT_EVERY, TRANSIENT_AT = 10, 3
+PERMANENT_EVERY, PERMANENT_AT = 33, 7
+DUPLICATE_EVERY, DUPLICATE_AT = 15, 0
+DUPLICATE_DELIVERIES = 20
+LEGACY_V1_MESSAGES = 10
+POISON_COPIES = 4
+
+
+@dataclass(frozen=True)
+class Planned:
+    """How one enqueued job must end: dead-lettered with a reason, or run (or absorbed as a duplicate)."""
+
+    dead: Reason | None = None
+    duplicate: bool = False
+
+
+@dataclass
+class Plan:
+    """What must come of the scenario, filled in as it is produced."""
+
+    finishes: dict[str, Kind] = field(default_factory=dict)
+    dead_letters: Counter[str] = field(default_factory=Counter)
+    effects: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
+
+    def expect_job(self, job_id: str, *, dead: Reason | None = None, duplicate: bool = False) -> None:
+        self.finishes[job_id] = Kind.DEAD_LETTERED if dead else Kind.SUCCEEDED
+        self.duplicates += duplicate
+        if dead:
+            self.dead_letters[dead.value] += 1
+
+
+class ExampleScenario:
+    def __init__(self, jobs_per_type: int = JOBS_PER_TYPE) -> None:
+        self.jobs_per_type = jobs_per_type
+        self.plan = Plan()
+        self._ledger: EffectsLedger | None = None
+
+    def produce(self, runtime: LocalRuntime) -> None:
+        assert runtime.provisioned is not None
+        self._ledger = EffectsLedger(table_name=runtime.provisioned.tables[EFFECTS_TABLE.name], client=runtime.dynamodb)
+        client = JobClient(runtime.topology, sqs_client=runtime.sqs)
+        for requests, outcomes in (self._welcome_emails(), self._orders(), self._webhooks()):
+            ids = client.enqueue_many(requests)
+            for job_id, planned in zip(ids, outcomes, strict=True):
+                self.plan.expect_job(job_id, dead=planned.dead, duplicate=planned.duplicate)
+        self._send_duplicate_deliveries(runtime)
+        self._send_legacy_messages(runtime)
+        self._send_poison(runtime)
+
+    def _welcome_emails(self) -> tuple[list[JobRequest], list[Planned]]:
+        requests: list[JobRequest] = []
+        outcomes: list[Planned] = []
+        for i in range(self.jobs_per_type):
+            user = _faulted(f"u-{i:04d}", i, transient="flaky-1-", permanent="bounce-")
+            dead = Reason.PERMANENT_ERROR if user.startswith("bounce-") else None
+            self.plan.effects[email.effect_key(f"{user}@users.example", "welcome-en")] = 0 if dead else 1
+            request = JobRequest("send_welcome_email", {"user_id": user}, dedupe_key=f"welcome:{user}")
+            requests.append(request)
+            outcomes.append(Planned(dead=dead))
+            if i % DUPLICATE_EVERY == DUPLICATE_AT and not dead:
+                requests.append(request)
+                outcomes.append(Planned(duplicate=True))
+        return requests, outcomes
+
+    def _orders(self) -> tuple[list[JobRequest], list[Planned]]:
+        requests: list[JobRequest] = []
+        outcomes: list[Planned] = []
+        for i in range(self.jobs_per_type):
+            order = _faulted(f"o-{i:04d}", i, transient="flaky-2-", permanent="declined-")
+            dead = Reason.PERMANENT_ERROR if order.startswith("declined-") else None
+            self.plan.effects[payments.effect_key(order)] = 0 if dead else 1
+            # No dedupe key: the job type's key, "{order_id}#charge_v1", makes a second job for
+            # the same order a duplicate, whoever enqueued it.
+            request = JobRequest("charge_order", {"order_id": order, "amount_cents": 100 + i, "currency": "EUR"})
+            requests.append(request)
+            outcomes.append(Planned(dead=dead))
+            if i % DUPLICATE_EVERY == DUPLICATE_AT + 1 and not dead:
+                requests.append(request)
+                outcomes.append(Planned(duplicate=True))
+        return requests, outcomes
+
+    def _webhooks(self) -> tuple[list[JobRequest], list[Planned]]:
+        requests: list[JobRequest] = []
+        outcomes: list[Planned] = []
+        for i in range(self.jobs_per_type):
+            event_id = f"evt-{i:04d}"
+            path = _faulted("acme", i, transient="flaky-1/", permanent="status/404/")
+            url = f"https://hooks.example/{path}"
+            dead = Reason.PERMANENT_ERROR if "404" in url else None
+            self.plan.effects[webhooks.effect_key(url, event_id)] = 0 if dead else 1
+            body = json.dumps({"event": "invoice.paid", "id": event_id})
+            request = JobRequest(
+                "deliver_webhook", {"url": url, "event_id": event_id, "body": body}, dedupe_key=event_id
+            )
+            requests.append(request)
+            outcomes.append(Planned(dead=dead))
+            if i % DUPLICATE_EVERY == DUPLICATE_AT + 2 and not dead:
+                requests.append(request)
+                outcomes.append(Planned(duplicate=True))
+        return requests, outcomes
+
+    def _send_duplicate_deliveries(self, runtime: LocalRuntime) -> None:
+        """The same body twice, as SQS's at-least-once delivery (or a redrive) may hand it over."""
+        for i in range(DUPLICATE_DELIVERIES):
+            user = f"twice-{i:02d}"
+            body = _envelope("send_welcome_email", 2, {"user_id": user, "locale": "en"})
+            self.plan.effects[email.effect_key(f"{user}@users.example", "welcome-en")] = 1
+            self.plan.expect_job(json.loads(body)["id"])
+            self.plan.duplicates += 1
+            for _ in range(2):
+                _send(runtime, "default", body)
+
+    def _send_legacy_messages(self, runtime: LocalRuntime) -> None:
+        """Version-1 welcome emails from an old producer, upcast by the worker."""
+        for i in range(LEGACY_V1_MESSAGES):
+            user = f"legacy-{i:02d}"
+            body = _envelope("send_welcome_email", 1, {"user": user})
+            self.plan.expect_job(json.loads(body)["id"])
+            self.plan.effects[email.effect_key(f"{user}@users.example", "welcome-en")] = 1
+            _send(runtime, "default", body)
+
+    def _send_poison(self, runtime: LocalRuntime) -> None:
+        poison = [
+            ("default", "this is not JSON", Reason.INVALID_JSON),
+            ("critical", json.dumps({"hello": "world"}), Reason.INVALID_ENVELOPE),
+            ("bulk", _envelope("send_fax", 1, {"to": "+1"}), Reason.UNKNOWN_TYPE),
+            ("bulk", _envelope("send_welcome_email", 2, {"user_id": "misrouted"}), Reason.UNKNOWN_TYPE),
+            ("default", _envelope("send_welcome_email", 9, {"user_id": "future"}), Reason.UNSUPPORTED_VERSION),
+            (
+                "critical",
+                _envelope("charge_order", 1, {"order_id": "o-bad", "amount_cents": "12", "currency": "EUR"}),
+                Reason.INVALID_PAYLOAD,
+            ),
+        ]
+        for queue, body, reason in poison:
+            for _ in range(POISON_COPIES):
+                _send(runtime, queue, body)
+                self.plan.dead_letters[reason.value] += 1
+
+    def check(self, observed: Observed) -> list[Invariant]:
+        return [
+            self._jobs_finished(observed),
+            self._duplicates(observed),
+            self._dead_letters(observed),
+            self._effects(),
+        ]
+
+    def _jobs_finished(self, observed: Observed) -> Invariant:
+        finished = observed.final_kind_by_job()
+        wrong = [
+            f"{job_id}: wanted {want}, got {finished.get(job_id)}"
+            for job_id, want in self.plan.finishes.items()
+            if not _matches(want, finished.get(job_id))
+        ]
+        found = f"{len(self.plan.finishes) - len(wrong)} of {len(self.plan.finishes)} as planned"
+        return Invariant("every job ran or was dead-lettered as planned", not wrong, "; ".join([found, *wrong[:3]]))
+
+    def _duplicates(self, observed: Observed) -> Invariant:
+        # At least the planned ones: a batch that ran past its timeout is redelivered whole, and
+        # the jobs it had finished come back as duplicates too. That is at-least-once delivery.
+        absorbed = sum(1 for outcome in observed.outcomes if outcome.kind is Kind.DUPLICATE)
+        return Invariant(
+            "duplicate enqueues and deliveries absorbed by idempotency",
+            absorbed >= self.plan.duplicates,
+            f"{absorbed} absorbed, {self.plan.duplicates} planned",
+        )
+
+    def _dead_letters(self, observed: Observed) -> Invariant:
+        reasons = observed.dead_letter_reasons()
+        return Invariant(
+            "DLQs hold exactly the planned failures, each with its reason",
+            reasons == self.plan.dead_letters,
+            f"{sum(reasons.values())} entries" + ("" if reasons == self.plan.dead_letters else f", {dict(reasons)}"),
+        )
+
+    def _effects(self) -> Invariant:
+        assert self._ledger is not None
+        wrong = []
+        for effect_key, planned in self.plan.effects.items():
+            effect = self._ledger.get(effect_key)
+            applied = effect.applied if effect else 0
+            if applied != planned:
+                wrong.append(f"{effect_key} applied {applied}x")
+        once = sum(1 for planned in self.plan.effects.values() if planned)
+        found = (
+            f"{once} applied exactly once, {len(self.plan.effects) - once} never (dead-lettered), read from the table"
+        )
+        return Invariant(
+            f"effects in {EFFECTS_TABLE.name!r} happened exactly as often as planned",
+            not wrong,
+            "; ".join([found, *wrong[:3]]),
+        )
+
+
+def _matches(wanted: Kind, got: Kind | None) -> bool:
+    """A duplicate may also be the copy that ran (the other then being the duplicate)."""
+    if wanted in (Kind.SUCCEEDED, Kind.DUPLICATE):
+        return got in (Kind.SUCCEEDED, Kind.DUPLICATE)
+    return got is wanted
+
+
+def _faulted(base: str, i: int, *, transient: str, permanent: str) -> str:
+    if i % PERMANENT_EVERY == PERMANENT_AT:
+        return permanent + base
+    if i % TRANSIENT_EVERY == TRANSIENT_AT:
+        return transient + base
+    return base
+
+
+def _envelope(job_type: str, version: int, data: dict[str, object]) -> str:
+    return Envelope(type=job_type, v=version, id=str(uuid.uuid4()), created_at=datetime.now(UTC), data=data).to_json()
+
+
+def _send(runtime: LocalRuntime, queue: str, body: str) -> None:
+    assert runtime.provisioned is not None
+    runtime.sqs.send_message(QueueUrl=runtime.provisioned.queues[queue].url, MessageBody=body)
+
+
+SCENARIO = ExampleScenario()

@@ -1,0 +1,277 @@
+"""`jobs local demo`: run a scenario end to end on the local runtime, watch it, check it, report.
+
+The engine is generic: a scenario (the project's, `functions/demo.py`) enqueues work and says
+what must come of it; the engine runs the platform, shows live progress, and checks the
+scenario's invariants against what actually happened (outcomes, DLQ contents, effects).
+"""
+
+import logging
+import statistics
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from conveyor import message_attributes as attrs
+from conveyor.local.provision import Provisioned
+from conveyor.local.runtime import LocalRuntime
+from conveyor.outcomes import JobOutcome, Kind
+from conveyor.settings import SERVICE_NAME
+
+# The scenario must settle (queues empty, nothing in flight) within this long.
+SETTLE_TIMEOUT_S = 110.0
+REFRESH_S = 0.5
+DRAIN_GRACE_S = 5.0
+# Without a terminal, print progress this often instead of redrawing it.
+PLAIN_PROGRESS_EVERY_S = 5.0
+PERCENTILES = (50, 95, 99)
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """One claim the demo checks against what happened, with what was found."""
+
+    claim: str
+    held: bool
+    found: str
+
+
+class Scenario(Protocol):
+    """What the demo runs: ``produce`` enqueues work; ``check`` tests its invariants."""
+
+    def produce(self, runtime: LocalRuntime) -> None: ...
+
+    def check(self, observed: "Observed") -> list[Invariant]: ...
+
+
+@dataclass
+class Observed:
+    """Everything the demo saw: outcomes reported by the harness and what is left in the DLQs."""
+
+    outcomes: list[JobOutcome] = field(default_factory=list)
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, outcome: JobOutcome) -> None:
+        with self.lock:
+            self.outcomes.append(outcome)
+
+    def final_kind_by_job(self) -> dict[str, Kind]:
+        """The last terminal outcome of each job id (a retried job ends succeeded or dead-lettered)."""
+        terminal = {Kind.SUCCEEDED, Kind.DUPLICATE, Kind.DEAD_LETTERED}
+        return {o.job_id: o.kind for o in self.outcomes if o.job_id and o.kind in terminal}
+
+    def dead_letter_reasons(self) -> Counter[str]:
+        return Counter(_attribute(message, attrs.REASON) or "<none>" for message in self.dead_letters)
+
+
+def _attribute(message: dict[str, Any], name: str) -> str | None:
+    value = message.get("MessageAttributes", {}).get(name)
+    return value["StringValue"] if value else None
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    visible: int
+    in_flight: int
+    delayed: int
+
+    @property
+    def total(self) -> int:
+        return self.visible + self.in_flight + self.delayed
+
+
+def queue_depth(sqs: Any, url: str) -> QueueDepth:
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=[
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ],
+    )["Attributes"]
+    return QueueDepth(
+        visible=int(attributes["ApproximateNumberOfMessages"]),
+        in_flight=int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+        delayed=int(attributes["ApproximateNumberOfMessagesDelayed"]),
+    )
+
+
+def read_dead_letters(sqs: Any, provisioned: Provisioned) -> list[dict[str, Any]]:
+    """Every DLQ message, left in place: each is received once, then made visible again."""
+    letters: list[dict[str, Any]] = []
+    for queue in provisioned.queues.values():
+        seen: set[str] = set()
+        while True:
+            batch = sqs.receive_message(
+                QueueUrl=queue.dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=60, MessageAttributeNames=["All"]
+            ).get("Messages", [])
+            fresh = [message for message in batch if message["MessageId"] not in seen]
+            if not fresh:
+                break
+            seen.update(message["MessageId"] for message in fresh)
+            letters.extend(fresh)
+        for message in letters:
+            if message["MessageId"] in seen:
+                sqs.change_message_visibility(
+                    QueueUrl=queue.dlq_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+                )
+    return letters
+
+
+class Progress:
+    """Per queue: depth, in flight, done, retried and dead-lettered, redrawn in place on a terminal."""
+
+    def __init__(self, runtime: LocalRuntime, observed: Observed, out: TextIO) -> None:
+        self._runtime = runtime
+        self._observed = observed
+        self._out = out
+        self._tty = out.isatty()
+        self._drawn = 0
+        self._last_plain = 0.0
+
+    def show(self, elapsed: float, *, final: bool = False) -> None:
+        lines = self._lines(elapsed)
+        if self._tty:
+            if self._drawn:
+                self._out.write(f"\x1b[{self._drawn}F")
+            self._out.write("".join(f"\x1b[2K{line}\n" for line in lines))
+            self._drawn = len(lines)
+        elif final or time.monotonic() - self._last_plain >= PLAIN_PROGRESS_EVERY_S:
+            self._out.write("\n".join(lines) + "\n")
+            self._last_plain = time.monotonic()
+        self._out.flush()
+
+    def _lines(self, elapsed: float) -> list[str]:
+        assert self._runtime.provisioned is not None
+        with self._observed.lock:
+            counts = Counter((o.queue, o.kind) for o in self._observed.outcomes)
+        header = (
+            f"{'QUEUE':<10} {'DEPTH':>6} {'IN FLIGHT':>9} {'DONE':>6} {'RETRIED':>8} {'DEAD':>6}   t={elapsed:5.1f}s"
+        )
+        lines = [header]
+        for name, queue in self._runtime.provisioned.queues.items():
+            depth = queue_depth(self._runtime.sqs, queue.url)
+            done = counts[(name, Kind.SUCCEEDED)] + counts[(name, Kind.DUPLICATE)]
+            lines.append(
+                f"{name:<10} {depth.visible + depth.delayed:>6} {depth.in_flight:>9} {done:>6} "
+                f"{counts[(name, Kind.RETRIED)]:>8} {counts[(name, Kind.DEAD_LETTERED)]:>6}"
+            )
+        return lines
+
+
+def settled(runtime: LocalRuntime) -> bool:
+    assert runtime.provisioned is not None
+    idle = all(poller.stats.in_flight == 0 for poller in runtime.pollers.values())
+    return idle and all(queue_depth(runtime.sqs, q.url).total == 0 for q in runtime.provisioned.queues.values())
+
+
+@contextmanager
+def worker_logs_to(path: Path) -> Iterator[None]:
+    """Send the workers' JSON logs to a file, so the terminal shows progress instead."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handlers = [h for h in logging.getLogger(SERVICE_NAME).handlers if isinstance(h, logging.StreamHandler)]
+    with path.open("w") as log_file:
+        previous = [handler.setStream(log_file) for handler in handlers]
+        try:
+            yield
+        finally:
+            for handler, stream in zip(handlers, previous, strict=True):
+                handler.setStream(stream)
+
+
+def percentile(values: list[float], pct: int) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+
+
+def report(observed: Observed, invariants: list[Invariant], out: TextIO) -> None:
+    by_type: dict[str, Counter[Kind]] = defaultdict(Counter)
+    retries: Counter[str] = Counter()
+    latencies: list[float] = []
+    for outcome in observed.outcomes:
+        by_type[outcome.job_type or "<unreadable>"][outcome.kind] += 1
+        if outcome.kind is Kind.RETRIED:
+            retries[f"{outcome.job_type}: {outcome.error_class}"] += 1
+        if outcome.kind is Kind.SUCCEEDED and outcome.created_at:
+            latencies.append((outcome.finished_at - outcome.created_at).total_seconds())
+    kinds = list(Kind)
+    out.write("\nOutcomes by job type (one line per run; a retried job counts once per attempt)\n")
+    out.write(f"  {'JOB TYPE':<22}" + "".join(f"{kind.value:>14}" for kind in kinds) + "\n")
+    for job_type, counts in sorted(by_type.items()):
+        out.write(f"  {job_type:<22}" + "".join(f"{counts[kind]:>14}" for kind in kinds) + "\n")
+    out.write("\nRetries by reason\n")
+    for reason, count in retries.most_common():
+        out.write(f"  {count:>5}  {reason}\n")
+    out.write("\nDLQ entries by reason\n")
+    for reason, count in observed.dead_letter_reasons().most_common():
+        out.write(f"  {count:>5}  {reason}\n")
+    if latencies:
+        points = ", ".join(f"p{pct} {percentile(latencies, pct):.2f}s" for pct in PERCENTILES)
+        out.write(f"\nEnqueue to done: {points} over {len(latencies)} jobs\n")
+    out.write("\nInvariants\n")
+    for invariant in invariants:
+        out.write(f"  {'held  ' if invariant.held else 'FAILED'}  {invariant.claim}: {invariant.found}\n")
+
+
+class _Producer(threading.Thread):
+    """Runs the scenario's ``produce`` beside the progress view; its failure is re-raised after."""
+
+    def __init__(self, scenario: Scenario, runtime: LocalRuntime) -> None:
+        super().__init__(name="demo-producer", daemon=True)
+        self._scenario = scenario
+        self._runtime = runtime
+        self._failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._scenario.produce(self._runtime)
+        except BaseException as error:  # handed to the main thread by raise_failure
+            self._failure = error
+
+    def raise_failure(self) -> None:
+        self.join()
+        if self._failure is not None:
+            raise self._failure
+
+
+def run_demo(
+    runtime_factory: Callable[[Observed], LocalRuntime], scenario: Scenario, *, log_path: Path, out: TextIO = sys.stdout
+) -> bool:
+    """Run ``scenario`` on a fresh runtime; True if every invariant held."""
+    observed = Observed()
+    runtime = runtime_factory(observed)
+    with worker_logs_to(log_path):
+        runtime.start()
+        started = time.monotonic()
+        producer = _Producer(scenario, runtime)
+        try:
+            producer.start()
+            progress = Progress(runtime, observed, out)
+            while (producer.is_alive() or not settled(runtime)) and time.monotonic() - started < SETTLE_TIMEOUT_S:
+                progress.show(time.monotonic() - started)
+                time.sleep(REFRESH_S)
+            progress.show(time.monotonic() - started, final=True)
+            producer.raise_failure()
+        finally:
+            runtime.drain(grace_s=DRAIN_GRACE_S)
+    assert runtime.provisioned is not None
+    observed.dead_letters = read_dead_letters(runtime.sqs, runtime.provisioned)
+    drained = settled(runtime)
+    invariants = [
+        Invariant(
+            f"queues empty within {SETTLE_TIMEOUT_S:.0f}s",
+            drained,
+            "nothing visible, delayed or in flight" if drained else "work was left",
+        ),
+        *scenario.check(observed),
+    ]
+    report(observed, invariants, out)
+    out.write(f"\nWorker logs: {log_path}\n")
+    return all(invariant.held for invariant in invariants)
