@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from conveyor import naming
 from conveyor.envelope import Envelope
 from conveyor.local.demo import Invariant, Observed
 from conveyor.local.runtime import LocalRuntime
@@ -211,11 +212,10 @@ class ExampleScenario:
             if applied != planned:
                 wrong.append(f"{effect_key} applied {applied}x")
         once = sum(1 for planned in self.plan.effects.values() if planned)
-        found = (
-            f"{once} applied exactly once, {len(self.plan.effects) - once} never (dead-lettered), read from the table"
-        )
+        never = len(self.plan.effects) - once
+        found = f"{once} applied exactly once, {never} never (dead-lettered); read from the table"
         return Invariant(
-            f"effects in {EFFECTS_TABLE.name!r} happened exactly as often as planned",
+            f"effects in {naming.table_name(EFFECTS_TABLE.name)} happened exactly as often as planned",
             not wrong,
             "; ".join([found, *wrong[:3]]),
         )
