@@ -57,6 +57,18 @@ def queue_attributes(queue: Queue, *, max_receive_count: int, dlq_arn: str) -> d
     return {**attributes, **_fifo(queue)}
 
 
+def event_source_settings(queue: Queue) -> dict[str, Any]:
+    """The event source mapping's settings, in the template's terms, as the poller applies them."""
+    settings: dict[str, Any] = {
+        "BatchSize": queue.batch_size,
+        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        "ScalingConfig": {"MaximumConcurrency": queue.max_concurrency},
+    }
+    if queue.batching_window:
+        settings["MaximumBatchingWindowInSeconds"] = int(queue.batching_window.total_seconds())
+    return settings
+
+
 def dlq_attributes(queue: Queue) -> dict[str, str]:
     """The DLQ's attributes, as JobQueue sets them: the longest retention SQS allows."""
     return {
