@@ -12,6 +12,7 @@ and, straight to the queues, poison messages that must land in the DLQs with the
 import json
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -69,65 +70,33 @@ class ExampleScenario:
         assert runtime.provisioned is not None
         self._ledger = EffectsLedger(table_name=runtime.provisioned.tables[EFFECTS_TABLE.name], client=runtime.dynamodb)
         client = JobClient(runtime.topology, sqs_client=runtime.sqs)
-        for requests, outcomes in (self._welcome_emails(), self._orders(), self._webhooks()):
-            ids = client.enqueue_many(requests)
-            for job_id, planned in zip(ids, outcomes, strict=True):
-                self.plan.expect_job(job_id, dead=planned.dead, duplicate=planned.duplicate)
+        for example in EXAMPLES:
+            requests, planned = self._requests(example)
+            for job_id, plan in zip(client.enqueue_many(requests), planned, strict=True):
+                self.plan.expect_job(job_id, dead=plan.dead, duplicate=plan.duplicate)
         self._send_duplicate_deliveries(runtime)
         self._send_legacy_messages(runtime)
         self._send_poison(runtime)
 
-    def _welcome_emails(self) -> tuple[list[JobRequest], list[Planned]]:
+    def _requests(self, example: "Example") -> tuple[list[JobRequest], list[Planned]]:
+        """The example's jobs, every n-th with a fault, and some enqueued twice."""
         requests: list[JobRequest] = []
-        outcomes: list[Planned] = []
+        planned: list[Planned] = []
         for i in range(self.jobs_per_type):
-            user = _faulted(f"u-{i:04d}", i, transient="flaky-1-", permanent="bounce-")
-            dead = Reason.PERMANENT_ERROR if user.startswith("bounce-") else None
-            self.plan.effects[email.effect_key(f"{user}@users.example", "welcome-en")] = 0 if dead else 1
-            request = JobRequest("send_welcome_email", {"user_id": user}, dedupe_key=f"welcome:{user}")
+            if i % PERMANENT_EVERY == PERMANENT_AT:
+                subject, dead = example.permanent + example.subject(i), Reason.PERMANENT_ERROR
+            elif i % TRANSIENT_EVERY == TRANSIENT_AT:
+                subject, dead = example.transient + example.subject(i), None
+            else:
+                subject, dead = example.subject(i), None
+            request, effect_key = example.job(i, subject)
+            self.plan.effects[effect_key] = 0 if dead else 1
             requests.append(request)
-            outcomes.append(Planned(dead=dead))
-            if i % DUPLICATE_EVERY == DUPLICATE_AT and not dead:
+            planned.append(Planned(dead=dead))
+            if i % DUPLICATE_EVERY == example.duplicate_at and not dead:
                 requests.append(request)
-                outcomes.append(Planned(duplicate=True))
-        return requests, outcomes
-
-    def _orders(self) -> tuple[list[JobRequest], list[Planned]]:
-        requests: list[JobRequest] = []
-        outcomes: list[Planned] = []
-        for i in range(self.jobs_per_type):
-            order = _faulted(f"o-{i:04d}", i, transient="flaky-2-", permanent="declined-")
-            dead = Reason.PERMANENT_ERROR if order.startswith("declined-") else None
-            self.plan.effects[payments.effect_key(order)] = 0 if dead else 1
-            # No dedupe key: the job type's key, "{order_id}#charge_v1", makes a second job for
-            # the same order a duplicate, whoever enqueued it.
-            request = JobRequest("charge_order", {"order_id": order, "amount_cents": 100 + i, "currency": "EUR"})
-            requests.append(request)
-            outcomes.append(Planned(dead=dead))
-            if i % DUPLICATE_EVERY == DUPLICATE_AT + 1 and not dead:
-                requests.append(request)
-                outcomes.append(Planned(duplicate=True))
-        return requests, outcomes
-
-    def _webhooks(self) -> tuple[list[JobRequest], list[Planned]]:
-        requests: list[JobRequest] = []
-        outcomes: list[Planned] = []
-        for i in range(self.jobs_per_type):
-            event_id = f"evt-{i:04d}"
-            path = _faulted("acme", i, transient="flaky-1/", permanent="status/404/")
-            url = f"https://hooks.example/{path}"
-            dead = Reason.PERMANENT_ERROR if "404" in url else None
-            self.plan.effects[webhooks.effect_key(url, event_id)] = 0 if dead else 1
-            body = json.dumps({"event": "invoice.paid", "id": event_id})
-            request = JobRequest(
-                "deliver_webhook", {"url": url, "event_id": event_id, "body": body}, dedupe_key=event_id
-            )
-            requests.append(request)
-            outcomes.append(Planned(dead=dead))
-            if i % DUPLICATE_EVERY == DUPLICATE_AT + 2 and not dead:
-                requests.append(request)
-                outcomes.append(Planned(duplicate=True))
-        return requests, outcomes
+                planned.append(Planned(duplicate=True))
+        return requests, planned
 
     def _send_duplicate_deliveries(self, runtime: LocalRuntime) -> None:
         """The same body twice, as SQS's at-least-once delivery (or a redrive) may hand it over."""
@@ -228,14 +197,6 @@ def _matches(wanted: Kind, got: Kind | None) -> bool:
     return got is wanted
 
 
-def _faulted(base: str, i: int, *, transient: str, permanent: str) -> str:
-    if i % PERMANENT_EVERY == PERMANENT_AT:
-        return permanent + base
-    if i % TRANSIENT_EVERY == TRANSIENT_AT:
-        return transient + base
-    return base
-
-
 def _envelope(job_type: str, version: int, data: dict[str, object]) -> str:
     return Envelope(type=job_type, v=version, id=str(uuid.uuid4()), created_at=datetime.now(UTC), data=data).to_json()
 
@@ -245,4 +206,39 @@ def _send(runtime: LocalRuntime, queue: str, body: str) -> None:
     runtime.sqs.send_message(QueueUrl=runtime.provisioned.queues[queue].url, MessageBody=body)
 
 
+@dataclass(frozen=True)
+class Example:
+    """One example job type in the scenario: its subjects, fault prefixes and request."""
+
+    subject: Callable[[int], str]
+    transient: str
+    permanent: str
+    duplicate_at: int
+    job: Callable[[int, str], tuple[JobRequest, str]]
+
+
+def _welcome(i: int, user: str) -> tuple[JobRequest, str]:
+    request = JobRequest("send_welcome_email", {"user_id": user}, dedupe_key=f"welcome:{user}")
+    return request, email.effect_key(f"{user}@users.example", "welcome-en")
+
+
+def _charge(i: int, order: str) -> tuple[JobRequest, str]:
+    # No dedupe key: the job type's key, "{order_id}#charge_v1", makes a second job for the
+    # same order a duplicate, whoever enqueued it.
+    request = JobRequest("charge_order", {"order_id": order, "amount_cents": 100 + i, "currency": "EUR"})
+    return request, payments.effect_key(order)
+
+
+def _webhook(i: int, path: str) -> tuple[JobRequest, str]:
+    url, event_id = f"https://hooks.example/{path}", f"evt-{i:04d}"
+    body = json.dumps({"event": "invoice.paid", "id": event_id})
+    request = JobRequest("deliver_webhook", {"url": url, "event_id": event_id, "body": body}, dedupe_key=event_id)
+    return request, webhooks.effect_key(url, event_id)
+
+
+EXAMPLES = (
+    Example(lambda i: f"u-{i:04d}", "flaky-1-", "bounce-", DUPLICATE_AT, _welcome),
+    Example(lambda i: f"o-{i:04d}", "flaky-2-", "declined-", DUPLICATE_AT + 1, _charge),
+    Example(lambda i: "acme", "flaky-1/", "status/404/", DUPLICATE_AT + 2, _webhook),
+)
 SCENARIO = ExampleScenario()
