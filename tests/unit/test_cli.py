@@ -64,3 +64,18 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(
     assert out == ""
     assert len(err.strip().splitlines()) == 1
     assert message in err
+
+
+def test_local_runtime_without_moto_says_how_to_install_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from conveyor.local.embedded import free_port
+
+    monkeypatch.setitem(sys.modules, "moto.server", None)  # what an uninstalled package looks like
+    code, _, err = run(capsys, "local", "up", "--port", str(free_port()))
+    assert code == 1
+    assert err.startswith("jobs: the local runtime needs moto")
+    assert "pip install 'conveyor[local]'" in err
+    assert len(err.strip().splitlines()) == 1

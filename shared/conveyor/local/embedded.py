@@ -2,8 +2,7 @@
 
 import logging
 import socket
-
-from moto.server import ThreadedMotoServer
+from typing import Any
 
 from conveyor.errors import ConveyorError
 
@@ -36,7 +35,7 @@ class EmbeddedAws:
 
     def __init__(self, port: int = DEFAULT_PORT) -> None:
         self.port = port
-        self._server: ThreadedMotoServer | None = None
+        self._server: Any = None
 
     @property
     def endpoint_url(self) -> str:
@@ -45,6 +44,13 @@ class EmbeddedAws:
     def start(self) -> None:
         # Checked first: moto's server thread would otherwise wait forever on a taken port.
         _check_port(self.port)
+        try:
+            # Imported here: moto is a development dependency, and `jobs` runs without it in production.
+            from moto.server import ThreadedMotoServer
+        except ImportError as error:
+            raise LocalRuntimeError(
+                f"the local runtime needs moto ({error}); install it with: pip install 'conveyor[local]'"
+            ) from error
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         self._server = ThreadedMotoServer(ip_address=LOOPBACK, port=self.port, verbose=False)
         self._server.start()
