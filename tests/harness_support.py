@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from conveyor.harness import Harness
+from conveyor.metrics import JobMetrics
+from conveyor.outcomes import JobOutcome, fan_out
 from conveyor.worker import Worker
 from tests.aws import Aws
 from tests.events import record_from_message
@@ -108,6 +110,8 @@ class QueueDriver:
             aws.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         )
         self.now = FIXED_NOW
+        self.outcomes: list[JobOutcome] = []
+        self.metrics = JobMetrics()
         self.harness = Harness(
             aws.topology,
             aws.settings(name),
@@ -115,8 +119,9 @@ class QueueDriver:
             dynamodb_client=aws.dynamodb,
             rng=random.Random(seed),
             clock=lambda: self.now,
+            observer=fan_out(self.metrics, self.outcomes.append),
         )
-        self.worker = Worker(self.harness)
+        self.worker = Worker(self.harness, self.metrics)
 
     # --- producing -------------------------------------------------------------------------
 

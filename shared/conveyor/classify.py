@@ -4,7 +4,7 @@ Unknown exceptions are retried, as Sidekiq and Celery do: a bug fixed by a deplo
 succeeds on a later attempt, and attempts are bounded anyway.
 """
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
 from conveyor.declarations import JobType
-from conveyor.errors import PermanentError, RetryableError
+from conveyor.errors import JobTimeoutError, PermanentError, RetryableError
 
 HTTP_CLIENT_ERROR = 400
 HTTP_SERVER_ERROR = 500
@@ -32,30 +32,45 @@ THROTTLING_CODES = frozenset(
 )
 
 
-class Outcome(Enum):
-    RETRY = "retry"
+class FailureKind(StrEnum):
+    """What kind of failure a job had. Every kind but PERMANENT is retried, and names the retry's reason.
+
+    A fixed, small vocabulary, so that it can be a metric dimension (an exception's class name
+    would be unbounded) and alarms can sum over it.
+    """
+
     PERMANENT = "permanent"
+    RETRYABLE = "retryable_error"
+    TIMEOUT = "timeout"
+    THROTTLED = "throttled"
+    UNAVAILABLE = "dependency_unavailable"
+    IN_PROGRESS = "in_progress"
+    UNEXPECTED = "unexpected"
 
 
-def classify(error: BaseException, job_type: JobType[Any]) -> Outcome:
+def classify(error: BaseException, job_type: JobType[Any]) -> FailureKind:
     if isinstance(error, PermanentError) or (job_type.permanent_on and isinstance(error, job_type.permanent_on)):
-        return Outcome.PERMANENT
+        return FailureKind.PERMANENT
+    if isinstance(error, JobTimeoutError | TimeoutError | ReadTimeoutError):
+        return FailureKind.TIMEOUT
     if isinstance(error, RetryableError) or (job_type.retry_on and isinstance(error, job_type.retry_on)):
-        return Outcome.RETRY
-    if isinstance(error, IdempotencyAlreadyInProgressError | TimeoutError | ConnectionError):
-        return Outcome.RETRY
-    if isinstance(error, BotocoreConnectionError | ReadTimeoutError):
-        return Outcome.RETRY
+        return FailureKind.RETRYABLE
+    if isinstance(error, IdempotencyAlreadyInProgressError):
+        return FailureKind.IN_PROGRESS
+    if isinstance(error, ConnectionError | BotocoreConnectionError):
+        return FailureKind.UNAVAILABLE
     if isinstance(error, ClientError):
         return _classify_aws(error)
-    return Outcome.RETRY
+    return FailureKind.UNEXPECTED
 
 
-def _classify_aws(error: ClientError) -> Outcome:
+def _classify_aws(error: ClientError) -> FailureKind:
     code = error.response.get("Error", {}).get("Code", "")
     status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-    if code in THROTTLING_CODES or status >= HTTP_SERVER_ERROR:
-        return Outcome.RETRY
+    if code in THROTTLING_CODES:
+        return FailureKind.THROTTLED
+    if status >= HTTP_SERVER_ERROR:
+        return FailureKind.UNAVAILABLE
     if HTTP_CLIENT_ERROR <= status < HTTP_SERVER_ERROR:
-        return Outcome.PERMANENT
-    return Outcome.RETRY
+        return FailureKind.PERMANENT
+    return FailureKind.UNEXPECTED

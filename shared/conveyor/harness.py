@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from conveyor import limits
 from conveyor import message_attributes as attrs
-from conveyor.classify import Outcome, classify
+from conveyor.classify import FailureKind, classify
 from conveyor.dead_letter import DeadLetterQueue, Failure
 from conveyor.declarations import JobType, Topology
 from conveyor.delivery import Delivery
@@ -200,7 +200,7 @@ class Harness:
         else:
             kind = Kind.SUCCEEDED if ran else Kind.DUPLICATE
             logger.info("job succeeded" if ran else "job duplicate absorbed", extra={"outcome": kind.value})
-            self._report(kind, delivery, envelope)
+            self._report(kind, delivery, envelope, started_at=now)
         finally:
             logger.thread_safe_remove_keys(bound)
 
@@ -213,26 +213,36 @@ class Harness:
         error: Exception,
         now: datetime,
     ) -> None:
-        if classify(error, job_type) is Outcome.PERMANENT:
-            self._dead_letter(record, delivery, now, reason=Reason.PERMANENT_ERROR, error=error, envelope=envelope)
+        kind = classify(error, job_type)
+        if kind is FailureKind.PERMANENT:
+            self._dead_letter(
+                record, delivery, now, reason=Reason.PERMANENT_ERROR, error=error, envelope=envelope, started_at=now
+            )
             return
         if delivery.attempt >= job_type.retry.max_attempts:
-            self._dead_letter(record, delivery, now, reason=Reason.ATTEMPTS_EXHAUSTED, error=error, envelope=envelope)
+            self._dead_letter(
+                record, delivery, now, reason=Reason.ATTEMPTS_EXHAUSTED, error=error, envelope=envelope, started_at=now
+            )
             return
         delay = job_type.retry.delay(delivery.attempt, self._rng)
         if now + delay - envelope.created_at > job_type.retry.max_wall_time:
-            self._dead_letter(record, delivery, now, reason=Reason.DEADLINE_EXCEEDED, error=error, envelope=envelope)
+            self._dead_letter(
+                record, delivery, now, reason=Reason.DEADLINE_EXCEEDED, error=error, envelope=envelope, started_at=now
+            )
             return
         self._set_visibility(record, delay)
         logger.warning(
             "job failed; will retry",
             extra={
+                "reason": kind.value,
                 "error_class": type(error).__name__,
                 "error": self._describe(error, envelope),
                 "delay_s": delay.total_seconds(),
             },
         )
-        self._report(Kind.RETRIED, delivery, envelope, error_class=type(error).__name__)
+        self._report(
+            Kind.RETRIED, delivery, envelope, reason=kind.value, error_class=type(error).__name__, started_at=now
+        )
         raise RetryScheduledError(f"attempt {delivery.attempt} failed; retry in {delay.total_seconds():.1f}s")
 
     def _set_visibility(self, record: SQSRecord, delay: timedelta) -> None:
@@ -282,6 +292,7 @@ class Harness:
         reason: Reason,
         error: Exception,
         envelope: Envelope | None = None,
+        started_at: datetime | None = None,
     ) -> None:
         failure = Failure(
             reason=reason,
@@ -294,7 +305,14 @@ class Harness:
             job_id=envelope.id if envelope else None,
         )
         self._dlq.send(record, failure)
-        self._report(Kind.DEAD_LETTERED, delivery, envelope, reason=reason, error_class=failure.error_class)
+        self._report(
+            Kind.DEAD_LETTERED,
+            delivery,
+            envelope,
+            reason=reason,
+            error_class=failure.error_class,
+            started_at=started_at,
+        )
         logger.error(
             "job dead-lettered",
             extra={"reason": reason.value, "error_class": failure.error_class, "error": failure.error},
@@ -306,9 +324,11 @@ class Harness:
         delivery: Delivery,
         envelope: Envelope | None,
         *,
-        reason: Reason | None = None,
+        reason: str | None = None,
         error_class: str | None = None,
+        started_at: datetime | None = None,
     ) -> None:
+        """Tell the observer how the record ended; ``started_at`` is set when the handler ran."""
         self._observer(
             JobOutcome(
                 queue=self.queue.name,
@@ -318,6 +338,7 @@ class Harness:
                 attempt=delivery.attempt,
                 created_at=envelope.created_at if envelope else None,
                 finished_at=self._clock(),
+                started_at=started_at,
                 reason=reason,
                 error_class=error_class,
             )

@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from conveyor.reasons import Reason
-
 
 class Kind(StrEnum):
     SUCCEEDED = "succeeded"
@@ -30,7 +28,9 @@ class JobOutcome:
     attempt: int
     created_at: datetime | None
     finished_at: datetime
-    reason: Reason | None = None
+    started_at: datetime | None = None
+    # A dead-letter Reason, or the retry's Failure kind.
+    reason: str | None = None
     error_class: str | None = None
 
 
@@ -39,3 +39,13 @@ Observer = Callable[[JobOutcome], None]
 
 def ignore(outcome: JobOutcome) -> None:
     """The default observer."""
+
+
+def fan_out(*observers: Observer) -> Observer:
+    """One observer that tells each of ``observers``, in order."""
+
+    def observe(outcome: JobOutcome) -> None:
+        for observer in observers:
+            observer(outcome)
+
+    return observe

@@ -21,14 +21,18 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from conveyor.declarations import Topology
 from conveyor.harness import Harness, logger
+from conveyor.metrics import JobMetrics
 from conveyor.settings import WorkerSettings
 
 LambdaHandler = Callable[[dict[str, Any], LambdaContext], PartialItemFailureResponse]
 
 
 class Worker:
-    def __init__(self, harness: Harness) -> None:
+    """Runs batches through the harness; the metrics its outcomes produced are written after each."""
+
+    def __init__(self, harness: Harness, metrics: JobMetrics) -> None:
         self._harness = harness
+        self._metrics = metrics
 
     def handle(self, event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
         invocation = self._harness.begin(context)
@@ -44,9 +48,12 @@ class Worker:
         def record_handler(record: SQSRecord) -> None:
             self._harness.run_record(record, invocation)
 
-        return process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
-        )
+        try:
+            return process_partial_response(
+                event=event, record_handler=record_handler, processor=processor, context=context
+            )
+        finally:
+            self._metrics.flush()
 
 
 def make_handler(topology: Topology) -> LambdaHandler:
@@ -61,13 +68,15 @@ def make_handler(topology: Topology) -> LambdaHandler:
     def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
         nonlocal worker
         if worker is None:
+            metrics = JobMetrics()
             harness = Harness(
                 topology,
                 WorkerSettings.from_environment(os.environ),
                 sqs_client=boto3.client("sqs"),
                 dynamodb_client=boto3.client("dynamodb"),
+                observer=metrics,
             )
-            worker = Worker(harness)
+            worker = Worker(harness, metrics)
         return worker.handle(event, context)
 
     return handler

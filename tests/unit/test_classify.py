@@ -6,7 +6,7 @@ import pytest
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from conveyor.classify import Outcome, classify
+from conveyor.classify import FailureKind, classify
 from conveyor.errors import JobTimeoutError, PermanentError, RetryableError
 from functions.jobs.charge_order import charge_order
 from functions.providers.payments import CardDeclinedError, RateLimitedError
@@ -20,21 +20,21 @@ def client_error(code: str, status: int) -> ClientError:
 @pytest.mark.parametrize(
     ("error", "outcome"),
     [
-        (PermanentError("no"), Outcome.PERMANENT),
-        (CardDeclinedError("declined"), Outcome.PERMANENT),  # the job's permanent_on
-        (RateLimitedError("429"), Outcome.RETRY),  # the job's retry_on
-        (RetryableError("later"), Outcome.RETRY),
-        (JobTimeoutError("slow"), Outcome.RETRY),
-        (IdempotencyAlreadyInProgressError("busy"), Outcome.RETRY),
-        (TimeoutError(), Outcome.RETRY),
-        (EndpointConnectionError(endpoint_url="https://x"), Outcome.RETRY),
-        (client_error("ThrottlingException", 400), Outcome.RETRY),
-        (client_error("ProvisionedThroughputExceededException", 400), Outcome.RETRY),
-        (client_error("InternalServerError", 500), Outcome.RETRY),
-        (client_error("AccessDeniedException", 403), Outcome.PERMANENT),
-        (client_error("ValidationException", 400), Outcome.PERMANENT),
-        (KeyError("bug"), Outcome.RETRY),  # unknown failures are retried, within the attempt limit
+        (PermanentError("no"), FailureKind.PERMANENT),
+        (CardDeclinedError("declined"), FailureKind.PERMANENT),  # the job's permanent_on
+        (RateLimitedError("429"), FailureKind.RETRYABLE),  # the job's retry_on
+        (RetryableError("later"), FailureKind.RETRYABLE),
+        (JobTimeoutError("slow"), FailureKind.TIMEOUT),
+        (IdempotencyAlreadyInProgressError("busy"), FailureKind.IN_PROGRESS),
+        (TimeoutError(), FailureKind.TIMEOUT),
+        (EndpointConnectionError(endpoint_url="https://x"), FailureKind.UNAVAILABLE),
+        (client_error("ThrottlingException", 400), FailureKind.THROTTLED),
+        (client_error("ProvisionedThroughputExceededException", 400), FailureKind.THROTTLED),
+        (client_error("InternalServerError", 500), FailureKind.UNAVAILABLE),
+        (client_error("AccessDeniedException", 403), FailureKind.PERMANENT),
+        (client_error("ValidationException", 400), FailureKind.PERMANENT),
+        (KeyError("bug"), FailureKind.UNEXPECTED),  # unknown failures are retried, within the attempt limit
     ],
 )
-def test_failures_are_classified(error: Exception, outcome: Outcome) -> None:
+def test_failures_are_classified(error: Exception, outcome: FailureKind) -> None:
     assert classify(error, charge_order) is outcome

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -173,10 +173,10 @@ def settled(runtime: LocalRuntime) -> bool:
 
 @contextmanager
 def worker_logs_to(path: Path) -> Iterator[None]:
-    """Send the workers' JSON logs to a file, so the terminal shows progress instead."""
+    """Send the workers' output (JSON logs, EMF metric lines) to a file; the terminal shows progress."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handlers = [h for h in logging.getLogger(SERVICE_NAME).handlers if isinstance(h, logging.StreamHandler)]
-    with path.open("w") as log_file:
+    with path.open("w") as log_file, redirect_stdout(log_file):
         previous = [handler.setStream(log_file) for handler in handlers]
         try:
             yield
@@ -198,7 +198,7 @@ def report(observed: Observed, invariants: list[Invariant], out: TextIO) -> None
     for outcome in observed.outcomes:
         by_type[outcome.job_type or "<unreadable>"][outcome.kind] += 1
         if outcome.kind is Kind.RETRIED:
-            retries[f"{outcome.job_type}: {outcome.error_class}"] += 1
+            retries[f"{outcome.job_type}: {outcome.reason} ({outcome.error_class})"] += 1
         if outcome.kind is Kind.SUCCEEDED and outcome.created_at:
             latencies.append((outcome.finished_at - outcome.created_at).total_seconds())
     kinds = list(Kind)

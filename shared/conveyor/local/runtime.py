@@ -17,7 +17,8 @@ from conveyor.declarations import Topology
 from conveyor.harness import Harness
 from conveyor.local.event_source import QueuePoller
 from conveyor.local.provision import Provisioned, provision
-from conveyor.outcomes import Observer, ignore
+from conveyor.metrics import JobMetrics
+from conveyor.outcomes import Observer, fan_out, ignore
 from conveyor.worker import Worker
 
 REGION = "us-east-1"
@@ -58,17 +59,18 @@ class LocalRuntime:
         # The stack gives every worker these variables; here all workers share one process.
         os.environ.update(provisioned.table_environment())
         for queue in self.topology.queues:
+            metrics = JobMetrics()
             harness = Harness(
                 self.topology,
                 provisioned.worker_settings(queue.name),
                 sqs_client=self.sqs,
                 dynamodb_client=self.dynamodb,
-                observer=self._observer,
+                observer=fan_out(metrics, self._observer),
             )
             poller = QueuePoller(
                 declaration=queue,
                 provisioned=provisioned.queues[queue.name],
-                handler=Worker(harness).handle,
+                handler=Worker(harness, metrics).handle,
                 sqs=self.sqs,
                 function_name=f"{naming.queue_name(queue.name)}-worker",
             )
