@@ -33,6 +33,7 @@ from conveyor.payloads import mask_values, sensitive_values
 from conveyor.reasons import Reason
 from conveyor.settings import SERVICE_NAME, WorkerSettings
 from conveyor.timeouts import time_limit
+from conveyor.tracing import job_subsegment
 
 logger = Logger(service=SERVICE_NAME)
 
@@ -191,7 +192,8 @@ class Harness:
                 job_type.handler(payload, context)
 
         try:
-            ran = self._runners[job_type.name].run(key, call_handler)
+            with job_subsegment(job_type.name, envelope.id, record.attributes.aws_trace_header):
+                ran = self._runners[job_type.name].run(key, call_handler)
         except Snooze as snooze:
             logger.info("job snoozed", extra={"delay_s": snooze.delay.total_seconds()})
             self._requeue(record, delivery, envelope, now, snooze.delay, Kind.SNOOZED)

@@ -24,6 +24,7 @@ from conveyor.declarations import JobType, RetryPolicy, Topology
 from conveyor.envelope import Correlation, Envelope, new_job_id
 from conveyor.errors import ContractError, EnqueueError, InvalidJobError
 from conveyor.loader import load_topology
+from conveyor.tracing import SYSTEM_ATTRIBUTE, current_trace_header
 
 # Entries SQS failed for its own reasons (throttling, internal errors) are sent again, up to
 # this many attempts in all, with the same full-jitter backoff jobs use.
@@ -128,6 +129,9 @@ class JobClient:
                 f"(max_payload_bytes); send large data by reference"
             )
         entry: dict[str, Any] = {"Id": str(index), "MessageBody": body}
+        trace_header = current_trace_header()
+        if trace_header:
+            entry["MessageSystemAttributes"] = {SYSTEM_ATTRIBUTE: {"DataType": "String", "StringValue": trace_header}}
         if queue.fifo:
             if request.group is None:
                 raise InvalidJobError(f"{where}: queue {queue.name!r} is FIFO; pass group=")

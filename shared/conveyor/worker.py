@@ -23,6 +23,7 @@ from conveyor.declarations import Topology
 from conveyor.harness import Harness, logger
 from conveyor.metrics import JobMetrics
 from conveyor.settings import WorkerSettings
+from conveyor.tracing import tracer
 
 LambdaHandler = Callable[[dict[str, Any], LambdaContext], PartialItemFailureResponse]
 
@@ -79,4 +80,6 @@ def make_handler(topology: Topology) -> LambdaHandler:
             worker = Worker(harness, metrics)
         return worker.handle(event, context)
 
-    return handler
+    # The response lists failed message ids only; not worth X-Ray metadata.
+    traced: LambdaHandler = tracer.capture_lambda_handler(handler, capture_response=False)
+    return traced

@@ -214,3 +214,29 @@ def test_an_enqueue_that_fails_midway_reports_what_was_accepted(aws: Aws, client
     assert any("InvalidParameterValue" in why for why in error.rejected.values())
     assert any("ServiceUnavailable" in why for why in error.rejected.values())
     assert not set(error.accepted) & set(error.rejected)
+
+
+def _sent_entries(aws: Aws) -> list[dict[str, Any]]:
+    """The SendMessageBatch entries as the SDK hands them to SQS (moto drops system attributes of batches)."""
+    entries: list[dict[str, Any]] = []
+    aws.sqs.meta.events.register(
+        "provide-client-params.sqs.SendMessageBatch", lambda params, **_: entries.extend(params["Entries"])
+    )
+    return entries
+
+
+def test_the_producers_trace_header_rides_along(aws: Aws, client: JobClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", header)
+    entries = _sent_entries(aws)
+    client.enqueue(send_welcome_email, {"user_id": "u-1"})
+    (entry,) = entries
+    assert entry["MessageSystemAttributes"] == {"AWSTraceHeader": {"DataType": "String", "StringValue": header}}
+
+
+def test_no_trace_header_without_a_trace(aws: Aws, client: JobClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("_X_AMZN_TRACE_ID", raising=False)
+    entries = _sent_entries(aws)
+    client.enqueue(send_welcome_email, {"user_id": "u-1"})
+    (entry,) = entries
+    assert "MessageSystemAttributes" not in entry
