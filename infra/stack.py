@@ -7,9 +7,11 @@ from constructs import Construct
 from conveyor import outputs
 from conveyor.declarations import Topology
 from infra.alarm_topic import AlarmTopic
+from infra.dashboard import JobsDashboard
 from infra.idempotency_table import IdempotencyTable
 from infra.job_queue import JobQueue
 from infra.job_table import JobTable
+from infra.queue_monitoring import QueueMonitoring
 from infra.worker_package import WorkerPackage
 
 
@@ -48,6 +50,16 @@ class ConveyorStack(Stack):
             )
             for declaration in topology.queues
         }
+        dashboard = JobsDashboard(self, "Dashboard", name=f"{prefix}-jobs")
+        for name, job_queue in self.job_queues.items():
+            monitoring = QueueMonitoring(
+                self,
+                f"Monitoring-{name}",
+                job_queue=job_queue,
+                job_types=tuple(job.name for job in topology.job_types_on(name)),
+                alarm_topic=alarms.topic,
+            )
+            dashboard.add_queue(monitoring)
         for declaration in topology.tables:
             table = JobTable(self, f"Table-{declaration.name}", declaration=declaration)
             for job_queue in self.job_queues.values():

@@ -94,8 +94,10 @@ class Queue:
     """A work queue with its DLQ and its worker function.
 
     ``age_objective`` is the latency promise: the oldest message should never wait longer,
-    and the queue's age alarm fires when it does. ``reserved_concurrency`` guarantees the
-    worker capacity no other function in the account can take.
+    and the queue's age alarm fires when it does. ``latency_objective`` bounds p99 enqueue-to-
+    done per job type (default: the age objective plus the function timeout), and
+    ``max_retry_rate`` the share of runs that may fail and retry. ``reserved_concurrency``
+    guarantees the worker capacity no other function in the account can take.
     """
 
     name: str
@@ -109,9 +111,19 @@ class Queue:
     retention: timedelta = timedelta(days=4)
     fifo: bool = False
     visibility_timeout: timedelta | None = None
+    latency_objective: timedelta | None = None
+    max_retry_rate: float = 0.1
 
     def __post_init__(self) -> None:
         where = f"queue {self.name!r}"
+        _require(
+            0 < self.max_retry_rate < 1, where, f"max_retry_rate must lie between 0 and 1, got {self.max_retry_rate}"
+        )
+        _require(
+            self.latency_objective is None or self.latency_objective > timedelta(0),
+            where,
+            "latency_objective must be positive",
+        )
         _require(
             bool(QUEUE_NAME_PATTERN.match(self.name)),
             where,
@@ -192,6 +204,13 @@ class Queue:
             where,
             f"visibility_timeout must not exceed {format_duration(limits.SQS_MAX_VISIBILITY_TIMEOUT)}",
         )
+
+    @property
+    def effective_latency_objective(self) -> timedelta:
+        """The p99 enqueue-to-done promise: declared, or waiting up to the age objective then one run."""
+        if self.latency_objective is not None:
+            return self.latency_objective
+        return self.age_objective + self.function_timeout
 
     @property
     def effective_visibility_timeout(self) -> timedelta:

@@ -18,11 +18,14 @@ UNREADABLE = "unreadable"  # the job type of a message whose envelope could not 
 QUEUE_WAIT = "QueueWait"
 END_TO_END = "EndToEnd"
 DURATION = "Duration"
+SUCCEEDED = "Succeeded"
+RETRIED = "Retried"
+DEAD_LETTERED = "DeadLettered"
 COUNTS = {
-    Kind.SUCCEEDED: "Succeeded",
+    Kind.SUCCEEDED: SUCCEEDED,
     Kind.DUPLICATE: "Duplicate",
-    Kind.RETRIED: "Retried",
-    Kind.DEAD_LETTERED: "DeadLettered",
+    Kind.RETRIED: RETRIED,
+    Kind.DEAD_LETTERED: DEAD_LETTERED,
     Kind.SNOOZED: "Snoozed",
     Kind.DEFERRED: "Deferred",
 }

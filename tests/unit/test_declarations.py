@@ -53,6 +53,8 @@ def queue(name: str = "default", **overrides: Any) -> Queue:
         ({"function_timeout": timedelta(minutes=16)}, "function_timeout must be between 1s and 15m"),
         ({"visibility_timeout": timedelta(hours=13)}, "visibility_timeout must not exceed 12h"),
         ({"memory_mb": 64}, "memory_mb must be between 128 and 10240"),
+        ({"max_retry_rate": 1.5}, "max_retry_rate must lie between 0 and 1, got 1.5"),
+        ({"latency_objective": timedelta(0)}, "latency_objective must be positive"),
     ],
 )
 def test_undeployable_queue_fails_naming_queue_and_rule(overrides: dict[str, Any], message: str) -> None:
@@ -67,6 +69,11 @@ def test_undeployable_queue_fails_naming_queue_and_rule(overrides: dict[str, Any
 def test_queue_name_must_fit_a_physical_sqs_name(name: str) -> None:
     with pytest.raises(DeclarationError, match="name must match"):
         queue(name)
+
+
+def test_latency_objective_defaults_to_the_wait_plus_one_run() -> None:
+    assert queue(function_timeout=timedelta(seconds=45)).effective_latency_objective == MINUTE + timedelta(seconds=45)
+    assert queue(latency_objective=timedelta(seconds=5)).effective_latency_objective == timedelta(seconds=5)
 
 
 def test_visibility_defaults_to_six_times_the_function_timeout() -> None:
