@@ -1,0 +1,301 @@
+"""The local platform for end-to-end tests: an embedded AWS on 127.0.0.1, workers in or out of process.
+
+Each test gets a fresh moto server on a free port, the declared queues and tables provisioned,
+and an environment pointing every boto3 client at it (restored afterwards). Nothing waits a
+fixed time: tests poll until what they expect holds, or fail after a generous timeout.
+"""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import boto3
+import pytest
+
+from conveyor import naming
+from conveyor.local.demo import Observed, QueueDepth, queue_depth
+from conveyor.local.embedded import LOOPBACK, EmbeddedAws, free_port
+from conveyor.local.provision import Provisioned, provision
+from conveyor.local.runtime import REGION, LocalRuntime, local_environment
+from conveyor.producer import JobClient, JobRequest
+from functions.providers.effects import EFFECTS_TABLE, KEY_ATTRIBUTE, Effect, EffectsLedger
+from tests.fixtures.e2e_topology import QUEUE, TOPOLOGY
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parents[2]
+# The console script of the interpreter running the tests (the project's venv).
+JOBS = Path(sys.executable).parent / "jobs"
+TOPOLOGY_SPEC = "tests.fixtures.e2e_topology:TOPOLOGY"
+WAIT_S = 60.0
+POLL_S = 0.1
+STOP_S = 30.0
+LOG_TAIL_CHARS = 3000
+
+
+def wait_until(
+    condition: Callable[[], T | None], what: str, *, timeout_s: float = WAIT_S, interval_s: float = POLL_S
+) -> T:
+    """Poll ``condition`` until it returns something truthy, and return that; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            import faulthandler  # DEBUG
+
+            with open("/tmp/e2e_stacks.txt", "w") as dump:  # DEBUG
+                faulthandler.dump_traceback(file=dump, all_threads=True)  # DEBUG
+            raise AssertionError(f"timed out after {timeout_s:g}s waiting until {what} (last: {value!r})")
+        time.sleep(interval_s)
+
+
+def point_at(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    """Aim this process's AWS clients (and the child processes it starts) at ``endpoint`` only."""
+    for name, value in local_environment(endpoint).items():
+        monkeypatch.setenv(name, value)
+    # Never through a proxy: the endpoint is on this machine.
+    monkeypatch.setenv("NO_PROXY", f"{LOOPBACK},localhost")
+    monkeypatch.setenv("no_proxy", f"{LOOPBACK},localhost")
+    # Set by the runtime and the CLI; registered here so the test's end removes them again.
+    for name in (naming.PREFIX_ENV, naming.table_env(EFFECTS_TABLE.name), "CONVEYOR_TOPOLOGY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _reset_moto(port: int) -> None:
+    """Moto keeps its state per process, not per server: start every test from nothing."""
+    connection = http.client.HTTPConnection(LOOPBACK, port, timeout=30)
+    try:
+        connection.request("POST", "/moto-api/reset")
+        response = connection.getresponse()
+        response.read()
+        assert response.status == http.HTTPStatus.OK, f"moto reset answered {response.status}"
+    finally:
+        connection.close()
+
+
+class _RecordingSqs:
+    """The SQS client JobClient sends through, keeping each job's body exactly as it was sent."""
+
+    def __init__(self, sqs: Any, sent: dict[str, str]) -> None:
+        self._sqs = sqs
+        self._sent = sent
+
+    def get_queue_url(self, **request: Any) -> Any:
+        return self._sqs.get_queue_url(**request)
+
+    def send_message_batch(self, **request: Any) -> Any:
+        response = self._sqs.send_message_batch(**request)
+        by_entry = {entry["Id"]: entry["MessageBody"] for entry in request["Entries"]}
+        for success in response.get("Successful", []):
+            body = by_entry[success["Id"]]
+            self._sent[json.loads(body)["id"]] = body
+        return response
+
+
+@dataclass
+class LocalAws:
+    """The embedded AWS of one test, with the e2e topology provisioned on it."""
+
+    endpoint: str
+    sqs: Any
+    dynamodb: Any
+    provisioned: Provisioned
+    sent: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def queue_url(self) -> str:
+        return self.provisioned.queues[QUEUE].url
+
+    @property
+    def dlq_url(self) -> str:
+        return self.provisioned.queues[QUEUE].dlq_url
+
+    def depth(self, url: str) -> QueueDepth:
+        return queue_depth(self.sqs, url)
+
+    def is_empty(self, url: str) -> bool:
+        return self.depth(url).total == 0
+
+    def enqueue_many(self, requests: Sequence[JobRequest]) -> list[str]:
+        """Enqueue through the producer SDK; ``sent[job_id]`` is then the body as it went out."""
+        return JobClient(TOPOLOGY, sqs_client=_RecordingSqs(self.sqs, self.sent)).enqueue_many(requests)
+
+    def send_raw(self, body: str) -> None:
+        """A message straight to the queue, as a duplicate delivery or a redrive puts it there."""
+        self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=body)
+
+    def effect(self, key: str) -> Effect | None:
+        table = self.provisioned.tables[EFFECTS_TABLE.name]
+        return EffectsLedger(table_name=table, client=self.dynamodb).get(key)
+
+    def effects(self) -> dict[str, Effect]:
+        """Every effect in the ledger, by effect key (one consistent scan)."""
+        table = self.provisioned.tables[EFFECTS_TABLE.name]
+        pages = self.dynamodb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True)
+        return {
+            item[KEY_ATTRIBUTE]["S"]: Effect(
+                calls=int(item.get("calls", {"N": "0"})["N"]), applied=int(item.get("applied", {"N": "0"})["N"])
+            )
+            for page in pages
+            for item in page["Items"]
+        }
+
+    def receive_all(self, url: str) -> list[dict[str, Any]]:
+        """Every message on ``url``, with all attributes; each stays invisible afterwards."""
+        messages: list[dict[str, Any]] = []
+        while batch := self.sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=300,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+        ).get("Messages", []):
+            messages.extend(batch)
+        return messages
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalAws]:
+    server = EmbeddedAws(free_port())
+    server.start()
+    try:
+        _reset_moto(server.port)
+        point_at(monkeypatch, server.endpoint_url)
+        sqs = boto3.client("sqs", endpoint_url=server.endpoint_url, region_name=REGION)
+        dynamodb = boto3.client("dynamodb", endpoint_url=server.endpoint_url, region_name=REGION)
+        provisioned = provision(TOPOLOGY, sqs=sqs, dynamodb=dynamodb)
+        yield LocalAws(endpoint=server.endpoint_url, sqs=sqs, dynamodb=dynamodb, provisioned=provisioned)
+    finally:
+        server.stop()
+
+
+@dataclass
+class InProcess:
+    runtime: LocalRuntime
+    observed: Observed
+
+
+@pytest.fixture
+def runtime(aws: LocalAws) -> Iterator[InProcess]:
+    """The declared workers running in this process against the test's embedded AWS."""
+    observed = Observed()
+    local = LocalRuntime(TOPOLOGY, endpoint_url=aws.endpoint, observer=observed.record)
+    local.start()
+    try:
+        yield InProcess(runtime=local, observed=observed)
+    finally:
+        assert local.drain(grace_s=STOP_S), "in-process workers were still running after the grace period"
+
+
+@dataclass
+class JobsProcess:
+    """A `jobs` command running as its own process, its output going to files."""
+
+    process: "subprocess.Popen[bytes]"
+    stdout: Path
+    stderr: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def output(self) -> tuple[str, str]:
+        return self.stdout.read_text(errors="replace"), self.stderr.read_text(errors="replace")
+
+    def describe(self) -> str:
+        out, err = self.output()
+        return (
+            f"pid {self.pid}, exit {self.process.poll()}\n"
+            f"stderr:\n{err[-LOG_TAIL_CHARS:]}\nstdout:\n{out[-LOG_TAIL_CHARS:]}"
+        )
+
+    def running(self) -> bool:
+        """True while it runs; an unexpected exit fails the test with the process's output."""
+        if self.process.poll() is not None:
+            raise AssertionError(f"`jobs` exited unexpectedly: {self.describe()}")
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no cleanup, as when a host dies."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=STOP_S)
+
+    def terminate(self, timeout_s: float = STOP_S) -> int:
+        """SIGTERM, then the exit code once it has exited."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout_s)
+
+
+@contextmanager
+def jobs_process(*argv: str, logs: Path) -> Iterator[JobsProcess]:
+    """Run ``jobs --topology <e2e> local <argv>`` from the project root; always gone afterwards."""
+    logs.mkdir(parents=True, exist_ok=True)
+    stdout, stderr = logs / "stdout.log", logs / "stderr.log"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with stdout.open("wb") as out, stderr.open("wb") as err:
+        process = subprocess.Popen(
+            [str(JOBS), "--topology", TOPOLOGY_SPEC, "local", *argv],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+        )
+    try:
+        yield JobsProcess(process=process, stdout=stdout, stderr=stderr)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=STOP_S)
+
+
+def run_jobs(*argv: str, timeout_s: float = WAIT_S) -> "subprocess.CompletedProcess[str]":
+    """Run ``jobs --topology <e2e> local <argv>`` to completion."""
+    return subprocess.run(
+        [str(JOBS), "--topology", TOPOLOGY_SPEC, "local", *argv],
+        cwd=ROOT,
+        env=dict(os.environ),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def handles_signal(pid: int, signum: int) -> bool:
+    """Whether the process has a handler installed for ``signum`` (Linux: SigCgt in /proc)."""
+    status = Path(f"/proc/{pid}/status")
+    if not status.exists():  # not Linux: the caller has already seen the process report it is running
+        return True
+    caught = next(line for line in status.read_text().splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signum - 1)))
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError:
+            return False
+        return True
+
+
+def accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=1):
+            return True
+    except OSError:
+        return False
