@@ -96,30 +96,16 @@ class QueueMonitoring(Construct):
             evaluation_periods=RETRY_RATE_PERIODS,
             datapoints_to_alarm=RETRY_RATE_PERIODS,
         )
-        self._add(
-            f"{job_type}-DeadLettered",
-            f"{job_type} jobs were dead-lettered",
-            metric=counts["dead"],
-            threshold=0,
-            evaluation_periods=1,
-        )
+        self._any(f"{job_type}-DeadLettered", f"{job_type} jobs were dead-lettered", counts["dead"])
+
+    def _any(self, construct_id: str, description: str, metric: cloudwatch.IMetric) -> None:
+        """An alarm on the first occurrence in any minute."""
+        self._add(construct_id, description, metric=metric, threshold=0, evaluation_periods=1)
 
     def _worker_alarms(self) -> None:
         function = self._job_queue.function
-        self._add(
-            "WorkerErrors",
-            "the worker function failed invocations",
-            metric=function.metric_errors(period=PERIOD),
-            threshold=0,
-            evaluation_periods=1,
-        )
-        self._add(
-            "WorkerThrottles",
-            "the worker function was throttled",
-            metric=function.metric_throttles(period=PERIOD),
-            threshold=0,
-            evaluation_periods=1,
-        )
+        self._any("WorkerErrors", "the worker function failed invocations", function.metric_errors(period=PERIOD))
+        self._any("WorkerThrottles", "the worker function was throttled", function.metric_throttles(period=PERIOD))
         ceiling = self._queue.max_concurrency
         self._add(
             "WorkerSaturation",
