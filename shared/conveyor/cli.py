@@ -4,24 +4,23 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
+import boto3
 import click
+from botocore.exceptions import BotoCoreError, ClientError
 
 from conveyor.cli_project import Project
-from conveyor.declarations import Topology
-from conveyor.durations import format_duration
+from conveyor.declarations import DeclarationError, Topology
+from conveyor.durations import format_duration, parse_duration
 from conveyor.loader import TOPOLOGY_ENV
 from conveyor.local.cli import local
+from conveyor.local.emf import RAW_VALUES_FILE
 from conveyor.schema import envelope_schema
-
-
-def _render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
-    lines = [headers, *rows]
-    return "\n".join(
-        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in lines
-    )
+from conveyor.stats import read_stats, render_stats
+from conveyor.tables import render_table
 
 
 def _queue_rows(topology: Topology) -> list[dict[str, Any]]:
@@ -102,7 +101,7 @@ def topology(project: Project, as_json: bool) -> None:
         )
         for queue, row in zip(declared.queues, rows, strict=True)
     ]
-    click.echo(_render_table(headers, table))
+    click.echo(render_table(headers, table))
 
 
 @cli.command()
@@ -111,6 +110,33 @@ def topology(project: Project, as_json: bool) -> None:
 def schema(project: Project, output: TextIO) -> None:
     """Print the JSON Schema of the envelope and every declared payload."""
     output.write(json.dumps(envelope_schema(project.topology), indent=2) + "\n")
+
+
+@cli.command()
+@click.argument("queue", required=False)
+@click.option("--since", "since_text", default="1h", show_default=True, help="How far back: 90s, 15m, 1h, 2d.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_obj
+def stats(project: Project, queue: str | None, since_text: str, as_json: bool) -> None:
+    """Counts by outcome and reason, and enqueue-to-done percentiles, per job type."""
+    topology = project.topology
+    try:
+        since = parse_duration(since_text)
+        if queue is not None:
+            topology.queue(queue)
+    except (ValueError, DeclarationError) as error:
+        raise click.UsageError(str(error)) from error
+    end = datetime.now(UTC)
+    try:
+        found = read_stats(
+            boto3.client("cloudwatch"), topology, start=end - since, end=end, queue=queue, raw_values=RAW_VALUES_FILE
+        )
+    except (BotoCoreError, ClientError) as error:
+        raise click.ClickException(f"cannot read metrics from CloudWatch: {error}") from error
+    if as_json:
+        click.echo(json.dumps([asdict(entry) for entry in found], indent=2))
+    else:
+        click.echo(render_stats(found))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -13,6 +13,7 @@ from conveyor.declarations import DeclarationError, Topology
 from conveyor.loader import load_attribute
 from conveyor.local.demo import Scenario, run_demo
 from conveyor.local.embedded import DEFAULT_PORT, EmbeddedAws, LocalRuntimeError, free_port
+from conveyor.local.emf import RAW_VALUES_FILE
 from conveyor.local.runtime import LocalRuntime, local_environment
 
 DEFAULT_GRACE_S = 30.0
@@ -37,10 +38,16 @@ def _start_server(port: int) -> EmbeddedAws:
     return server
 
 
-def _run_until_stopped(topology: Topology, endpoint_url: str, grace: float) -> None:
+def _fresh(path: Path) -> Path:
+    """A new embedded AWS has no metrics yet: start its raw values afresh too."""
+    path.unlink(missing_ok=True)
+    return path
+
+
+def _run_until_stopped(topology: Topology, endpoint_url: str, grace: float, raw_values: Path) -> None:
     os.environ.update(local_environment(endpoint_url))
     runtime = LocalRuntime(topology, endpoint_url=endpoint_url)
-    runtime.start()
+    runtime.start(raw_values=raw_values)
     assert runtime.provisioned is not None
     click.echo(f"conveyor: workers running against {endpoint_url}", err=True)
     for name, queue in runtime.provisioned.queues.items():
@@ -66,7 +73,7 @@ def up(project: Project, port: int, grace: float) -> None:
     topology = project.topology
     server = _start_server(port)
     try:
-        _run_until_stopped(topology, server.endpoint_url, grace)
+        _run_until_stopped(topology, server.endpoint_url, grace, _fresh(RAW_VALUES_FILE))
     finally:
         server.stop()
 
@@ -92,6 +99,7 @@ def demo(project: Project, scenario: str, port: int) -> None:
             lambda observed: LocalRuntime(topology, endpoint_url=server.endpoint_url, observer=observed.record),
             cast(Scenario, loaded),
             log_path=DEMO_LOG,
+            raw_values=_fresh(RAW_VALUES_FILE),
         )
     finally:
         server.stop()
@@ -105,4 +113,4 @@ def demo(project: Project, scenario: str, port: int) -> None:
 @click.pass_obj
 def work(project: Project, endpoint: str, grace: float) -> None:
     """Run every queue's worker against an existing endpoint (provisioning what is missing)."""
-    _run_until_stopped(project.topology, endpoint, grace)
+    _run_until_stopped(project.topology, endpoint, grace, RAW_VALUES_FILE)

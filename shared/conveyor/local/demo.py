@@ -6,7 +6,6 @@ scenario's invariants against what actually happened (outcomes, DLQ contents, ef
 """
 
 import logging
-import statistics
 import sys
 import threading
 import time
@@ -14,17 +13,22 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from conveyor import message_attributes as attrs
 from conveyor.local.provision import Provisioned
 from conveyor.local.runtime import LocalRuntime
+from conveyor.metrics import COUNTS
 from conveyor.outcomes import JobOutcome, Kind
 from conveyor.settings import SERVICE_NAME
+from conveyor.stats import JobStats, percentile, read_stats, render_stats
 
 # The scenario must settle (queues empty, nothing in flight) within this long.
 SETTLE_TIMEOUT_S = 110.0
+# Read metrics a little beyond the run on both sides: EMF timestamps come from the workers' clocks.
+STATS_MARGIN = timedelta(minutes=1)
 REFRESH_S = 0.5
 DRAIN_GRACE_S = 5.0
 # Without a terminal, print progress this often instead of redrawing it.
@@ -185,13 +189,7 @@ def worker_logs_to(path: Path) -> Iterator[None]:
                 handler.setStream(stream)
 
 
-def percentile(values: list[float], pct: int) -> float:
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
-
-
-def report(observed: Observed, invariants: list[Invariant], out: TextIO) -> None:
+def report(observed: Observed, stats: list[JobStats], invariants: list[Invariant], out: TextIO) -> None:
     by_type: dict[str, Counter[Kind]] = defaultdict(Counter)
     retries: Counter[str] = Counter()
     latencies: list[float] = []
@@ -213,8 +211,10 @@ def report(observed: Observed, invariants: list[Invariant], out: TextIO) -> None
     for reason, count in observed.dead_letter_reasons().most_common():
         out.write(f"  {count:>5}  {reason}\n")
     if latencies:
-        points = ", ".join(f"p{pct} {percentile(latencies, pct):.2f}s" for pct in PERCENTILES)
+        points = ", ".join(f"p{pct} {percentile(latencies, pct) or 0:.2f}s" for pct in PERCENTILES)
         out.write(f"\nEnqueue to done: {points} over {len(latencies)} jobs\n")
+    out.write("\n`jobs stats` for this run (the harness's EMF metrics, read back from the embedded CloudWatch)\n")
+    out.write(render_stats(stats) + "\n")
     out.write("\nInvariants\n")
     for invariant in invariants:
         out.write(f"  {'held  ' if invariant.held else 'FAILED'}  {invariant.claim}: {invariant.found}\n")
@@ -241,14 +241,36 @@ class _Producer(threading.Thread):
             raise self._failure
 
 
+def stats_match(observed: Observed, stats: list[JobStats]) -> Invariant:
+    """What the metrics say happened equals what the harness reported, per job type and outcome."""
+    seen = Counter((o.queue, o.job_type, COUNTS[o.kind]) for o in observed.outcomes)
+    wrong = [
+        f"{entry.job_type} {name}: metrics {count}, outcomes {seen[(entry.queue, entry.job_type, name)]}"
+        for entry in stats
+        for name, count in entry.counts.items()
+        if count != seen[(entry.queue, entry.job_type, name)]
+    ]
+    return Invariant(
+        "`jobs stats` reads back the same counts the demo observed",
+        not wrong,
+        "; ".join(wrong[:3]) or f"{sum(sum(e.counts.values()) for e in stats)} outcomes, per job type and kind",
+    )
+
+
 def run_demo(
-    runtime_factory: Callable[[Observed], LocalRuntime], scenario: Scenario, *, log_path: Path, out: TextIO = sys.stdout
+    runtime_factory: Callable[[Observed], LocalRuntime],
+    scenario: Scenario,
+    *,
+    log_path: Path,
+    raw_values: Path,
+    out: TextIO = sys.stdout,
 ) -> bool:
     """Run ``scenario`` on a fresh runtime; True if every invariant held."""
     observed = Observed()
     runtime = runtime_factory(observed)
+    began = datetime.now(UTC)
     with worker_logs_to(log_path):
-        runtime.start()
+        runtime.start(raw_values=raw_values)
         started = time.monotonic()
         producer = _Producer(scenario, runtime)
         try:
@@ -264,6 +286,13 @@ def run_demo(
     assert runtime.provisioned is not None
     observed.dead_letters = read_dead_letters(runtime.sqs, runtime.provisioned)
     drained = settled(runtime)
+    stats = read_stats(
+        runtime.cloudwatch,
+        runtime.topology,
+        start=began - STATS_MARGIN,
+        end=datetime.now(UTC) + STATS_MARGIN,
+        raw_values=raw_values,
+    )
     invariants = [
         Invariant(
             f"queues empty within {SETTLE_TIMEOUT_S:.0f}s",
@@ -271,7 +300,8 @@ def run_demo(
             "nothing visible, delayed or in flight" if drained else "work was left",
         ),
         *scenario.check(observed),
+        stats_match(observed, stats),
     ]
-    report(observed, invariants, out)
+    report(observed, stats, invariants, out)
     out.write(f"\nWorker logs: {log_path}\n")
     return all(invariant.held for invariant in invariants)

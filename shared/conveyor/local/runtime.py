@@ -7,14 +7,17 @@ visibility timeout lapses.
 """
 
 import os
+import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 import boto3
 
 from conveyor import naming
 from conveyor.declarations import Topology
 from conveyor.harness import Harness
+from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
 from conveyor.local.event_source import QueuePoller
 from conveyor.local.provision import Provisioned, provision
 from conveyor.metrics import JobMetrics
@@ -46,6 +49,8 @@ class LocalRuntime:
         self._observer = observer
         self.sqs: Any = boto3.client("sqs", endpoint_url=endpoint_url, region_name=REGION)
         self.dynamodb: Any = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=REGION)
+        self.cloudwatch: Any = boto3.client("cloudwatch", endpoint_url=endpoint_url, region_name=REGION)
+        self._stdout: TextIO | None = None
         self.pollers: dict[str, QueuePoller] = {}
         self.provisioned: Provisioned | None = None
 
@@ -53,9 +58,15 @@ class LocalRuntime:
         self.provisioned = provision(self.topology, sqs=self.sqs, dynamodb=self.dynamodb)
         return self.provisioned
 
-    def start(self) -> None:
-        """Provision, then start one poller per queue, each invoking that queue's worker."""
+    def start(self, *, raw_values: Path = RAW_VALUES_FILE) -> None:
+        """Provision, then start one poller per queue, each invoking that queue's worker.
+
+        The workers' stdout goes through an EMF forwarder, as their output would go through
+        CloudWatch Logs in AWS: metrics reach the embedded CloudWatch, raw values ``raw_values``.
+        """
         provisioned = self.provision()
+        self._stdout = sys.stdout
+        sys.stdout = EmfForwarder(sys.stdout, self.cloudwatch, raw_values)
         # The stack gives every worker these variables; here all workers share one process.
         os.environ.update(provisioned.table_environment())
         for queue in self.topology.queues:
@@ -82,4 +93,7 @@ class LocalRuntime:
         for poller in self.pollers.values():
             poller.stop()
         deadline = time.monotonic() + grace_s
-        return all(poller.join(deadline) for poller in self.pollers.values())
+        finished = all(poller.join(deadline) for poller in self.pollers.values())
+        if self._stdout is not None:
+            sys.stdout, self._stdout = self._stdout, None
+        return finished
