@@ -10,14 +10,13 @@ and, straight to the queues, poison messages that must land in the DLQs with the
 """
 
 import json
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from conveyor import naming
-from conveyor.envelope import Envelope
+from conveyor.envelope import Envelope, new_job_id
 from conveyor.local.demo import Invariant, Observed
 from conveyor.local.runtime import LocalRuntime
 from conveyor.outcomes import Kind
@@ -67,7 +66,6 @@ class ExampleScenario:
         self._ledger: EffectsLedger | None = None
 
     def produce(self, runtime: LocalRuntime) -> None:
-        assert runtime.provisioned is not None
         self._ledger = EffectsLedger(table_name=runtime.provisioned.tables[EFFECTS_TABLE.name], client=runtime.dynamodb)
         client = JobClient(runtime.topology, sqs_client=runtime.sqs)
         for example in EXAMPLES:
@@ -198,11 +196,10 @@ def _matches(wanted: Kind, got: Kind | None) -> bool:
 
 
 def _envelope(job_type: str, version: int, data: dict[str, object]) -> str:
-    return Envelope(type=job_type, v=version, id=str(uuid.uuid4()), created_at=datetime.now(UTC), data=data).to_json()
+    return Envelope(type=job_type, v=version, id=new_job_id(), created_at=datetime.now(UTC), data=data).to_json()
 
 
 def _send(runtime: LocalRuntime, queue: str, body: str) -> None:
-    assert runtime.provisioned is not None
     runtime.sqs.send_message(QueueUrl=runtime.provisioned.queues[queue].url, MessageBody=body)
 
 

@@ -48,7 +48,6 @@ def _run_until_stopped(topology: Topology, endpoint_url: str, grace: float, raw_
     os.environ.update(local_environment(endpoint_url))
     runtime = LocalRuntime(topology, endpoint_url=endpoint_url)
     runtime.start(raw_values=raw_values)
-    assert runtime.provisioned is not None
     click.echo(f"conveyor: workers running against {endpoint_url}", err=True)
     for name, queue in runtime.provisioned.queues.items():
         click.echo(f"  {name:<12} {queue.url}", err=True)

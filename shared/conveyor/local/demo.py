@@ -152,7 +152,6 @@ class Progress:
         self._out.flush()
 
     def _lines(self, elapsed: float) -> list[str]:
-        assert self._runtime.provisioned is not None
         with self._observed.lock:
             counts = Counter((o.queue, o.kind) for o in self._observed.outcomes)
         header = (
@@ -170,7 +169,6 @@ class Progress:
 
 
 def settled(runtime: LocalRuntime) -> bool:
-    assert runtime.provisioned is not None
     idle = all(poller.stats.in_flight == 0 for poller in runtime.pollers.values())
     return idle and all(queue_depth(runtime.sqs, q.url).total == 0 for q in runtime.provisioned.queues.values())
 
@@ -283,7 +281,6 @@ def run_demo(
             producer.raise_failure()
         finally:
             runtime.drain(grace_s=DRAIN_GRACE_S)
-    assert runtime.provisioned is not None
     observed.dead_letters = read_dead_letters(runtime.sqs, runtime.provisioned)
     drained = settled(runtime)
     stats = read_stats(

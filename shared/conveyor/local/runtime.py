@@ -17,6 +17,7 @@ import boto3
 from conveyor import naming
 from conveyor.declarations import Topology
 from conveyor.harness import Harness
+from conveyor.local.embedded import LocalRuntimeError
 from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
 from conveyor.local.event_source import QueuePoller
 from conveyor.local.provision import Provisioned, provision
@@ -52,11 +53,18 @@ class LocalRuntime:
         self.cloudwatch: Any = boto3.client("cloudwatch", endpoint_url=endpoint_url, region_name=REGION)
         self._stdout: TextIO | None = None
         self.pollers: dict[str, QueuePoller] = {}
-        self.provisioned: Provisioned | None = None
+        self._provisioned: Provisioned | None = None
+
+    @property
+    def provisioned(self) -> Provisioned:
+        """Where the local resources are; known once ``provision`` (or ``start``) has run."""
+        if self._provisioned is None:
+            raise LocalRuntimeError("the local runtime has not provisioned its resources yet")
+        return self._provisioned
 
     def provision(self) -> Provisioned:
-        self.provisioned = provision(self.topology, sqs=self.sqs, dynamodb=self.dynamodb)
-        return self.provisioned
+        self._provisioned = provision(self.topology, sqs=self.sqs, dynamodb=self.dynamodb)
+        return self._provisioned
 
     def start(self, *, raw_values: Path = RAW_VALUES_FILE) -> None:
         """Provision, then start one poller per queue, each invoking that queue's worker.
