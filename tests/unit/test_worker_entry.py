@@ -57,3 +57,18 @@ def test_the_shipped_entry_point_loads_the_project_topology() -> None:
     from functions import worker
 
     assert callable(worker.handler)
+
+
+def test_the_entry_point_imports_only_what_lambda_has() -> None:
+    """Lambda has the Powertools layer (with pydantic) and boto3; nothing from the dev or deploy tools."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    unavailable = ["click", "moto", "aws_cdk", "cdk_nag", "constructs", "jsonschema", "werkzeug", "flask"]
+    probe = (
+        f"import sys, functions.worker; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({unavailable!r})))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
