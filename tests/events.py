@@ -39,22 +39,3 @@ def sqs_record(
 
 def sqs_event(*records: dict[str, Any]) -> dict[str, Any]:
     return {"Records": list(records)}
-
-
-def record_from_message(message: dict[str, Any], *, queue_arn: str) -> dict[str, Any]:
-    """A message from ReceiveMessage (all attributes requested) in the shape Lambda delivers it."""
-    attributes = dict(message.get("Attributes", {}))
-    return {
-        "messageId": message["MessageId"],
-        "receiptHandle": message["ReceiptHandle"],
-        "body": message["Body"],
-        "attributes": attributes,
-        "messageAttributes": {
-            name: {"stringValue": value.get("StringValue"), "dataType": value["DataType"]}
-            for name, value in message.get("MessageAttributes", {}).items()
-        },
-        "md5OfBody": message["MD5OfBody"],
-        "eventSource": "aws:sqs",
-        "eventSourceARN": queue_arn,
-        "awsRegion": queue_arn.split(":")[3],
-    }

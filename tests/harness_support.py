@@ -16,11 +16,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from conveyor.harness import Harness
+from conveyor.local.event_source import to_lambda_record
 from conveyor.metrics import JobMetrics
 from conveyor.outcomes import JobOutcome, fan_out
 from conveyor.worker import Worker
 from tests.aws import Aws
-from tests.events import record_from_message
 from tests.lambda_context import lambda_context
 
 # Every harness in these tests runs at this instant unless a test moves its driver's clock.
@@ -143,7 +143,7 @@ class QueueDriver:
 
     def receive(self, *, visibility: int = 30) -> list[Record]:
         """The visible messages (up to 10), received as Lambda would and shaped as its event records."""
-        return [record_from_message(m, queue_arn=self.arn) for m in self.aws.receive(self.url, visibility=visibility)]
+        return [to_lambda_record(m, queue_arn=self.arn) for m in self.aws.receive(self.url, visibility=visibility)]
 
     def receive_one(self, *, visibility: int = 30) -> Record:
         records = self.receive(visibility=visibility)

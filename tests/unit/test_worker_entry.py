@@ -7,11 +7,12 @@ from datetime import UTC, datetime
 import pytest
 
 from conveyor.declarations import DeclarationError
+from conveyor.local.event_source import to_lambda_record
 from conveyor.worker import make_handler
 from functions.providers.effects import EffectsLedger
 from functions.topology import TOPOLOGY
 from tests.aws import Aws, moto_aws
-from tests.events import record_from_message, sqs_event, sqs_record
+from tests.events import sqs_event, sqs_record
 from tests.lambda_context import lambda_context
 
 
@@ -39,7 +40,7 @@ def test_lambda_handler_runs_the_batch_and_reports_only_failures(aws: Aws) -> No
     messages = aws.receive(url)
     by_id = {json.loads(m["Body"])["id"]: m["MessageId"] for m in messages}
     handler = make_handler(TOPOLOGY)
-    response = handler(sqs_event(*(record_from_message(m, queue_arn=arn) for m in messages)), lambda_context())
+    response = handler(sqs_event(*(to_lambda_record(m, queue_arn=arn) for m in messages)), lambda_context())
     assert response == {"batchItemFailures": [{"itemIdentifier": by_id["job-flaky-1-u"]}]}
     effect = EffectsLedger(client=aws.dynamodb).get("email:welcome-en:u-1@users.example")
     assert effect is not None
