@@ -129,7 +129,8 @@ def polling(topology: Topology, handler: Recorder, messages: int) -> Iterator[tu
 def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
+        if time.monotonic() >= deadline:
+            raise AssertionError("condition not reached")
         time.sleep(0.05)
 
 

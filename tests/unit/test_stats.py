@@ -26,7 +26,8 @@ def test_percentile_is_nearest_rank(values: list[float], pct: int, expected: flo
 
 @pytest.mark.parametrize(("text", "expected"), [("90s", 90), ("15m", 900), ("1h", 3600), ("2d", 172800)])
 def test_durations_parse(text: str, expected: int) -> None:
-    assert parse_duration(text) == timedelta(seconds=expected)
+    parsed = parse_duration(text)
+    assert parsed == timedelta(seconds=expected)
 
 
 @pytest.mark.parametrize("text", ["", "h", "1", "0m", "-5m", "1.5h", "1w"])
