@@ -3,6 +3,7 @@
 What these prove is what users rely on: a worker killed mid-batch loses no job and charges no
 order twice; a job that keeps failing ends in the DLQ with its reason; a duplicate delivery
 causes no second effect; SIGTERM drains and leaves nothing behind; a taken port is one line.
+Workers run as `jobs` processes from the console script, each in the test's own directory.
 """
 
 import json
@@ -29,11 +30,12 @@ from tests.e2e.conftest import (
     InProcess,
     LocalAws,
     accepts_connections,
-    handles_signal,
     jobs_process,
+    linux_only,
     point_at,
     port_is_free,
     run_jobs,
+    send_to_thread,
     wait_until,
 )
 from tests.fixtures.e2e_topology import ALWAYS_FAILS_ATTEMPTS, QUEUE, TOPOLOGY, charge_key, record_key
@@ -58,18 +60,17 @@ def test_worker_killed_mid_batch_loses_nothing(aws: LocalAws, tmp_path: Path) ->
     orders = [f"order-{index:02d}" for index in range(SLOW_CHARGES)]
     aws.enqueue_many([_charge(order, 100 + index) for index, order in enumerate(orders)])
 
-    with jobs_process("work", "--endpoint", aws.endpoint, logs=tmp_path / "first") as first:
+    with jobs_process("work", "--endpoint", aws.endpoint, workdir=tmp_path / "first") as first:
         wait_until(lambda: first.running() and _charged(aws, orders), "the first worker has charged an order")
         first.kill()  # kill -9: no drain, batches in flight stay invisible until their visibility lapses
     left = aws.depth(aws.queue_url)
     assert left.total > 0, f"the worker finished every job before it was killed, so nothing was tested: {left}"
 
-    with jobs_process("work", "--endpoint", aws.endpoint, logs=tmp_path / "second") as second:
+    with jobs_process("work", "--endpoint", aws.endpoint, workdir=tmp_path / "second") as second:
         wait_until(
             lambda: second.running() and aws.is_empty(aws.queue_url) and len(_charged(aws, orders)) == len(orders),
             "a second worker has charged every order and emptied the queue",
         )
-        second.terminate()
 
     effects = aws.effects()
     assert {order: effects[charge_key(order)].applied for order in orders} == dict.fromkeys(orders, 1)
@@ -142,13 +143,14 @@ def _succeeded_job_ids(worker_stdout: str) -> set[str]:
     return ids
 
 
+@linux_only
 def test_sigterm_drains_and_leaves_nothing_running(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     port = free_port()
     endpoint = f"http://{LOOPBACK}:{port}"
     point_at(monkeypatch, endpoint)
     sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=REGION)
 
-    with jobs_process("up", "--port", str(port), logs=tmp_path) as up:
+    with jobs_process("up", "--port", str(port), workdir=tmp_path) as up:
         wait_until(lambda: up.running() and accepts_connections(port), "the embedded AWS accepts connections")
 
         def provisioned_queue() -> str | None:
@@ -156,7 +158,7 @@ def test_sigterm_drains_and_leaves_nothing_running(monkeypatch: pytest.MonkeyPat
             return _queue_url(sqs)
 
         queue_url = wait_until(provisioned_queue, "the declared queue exists")
-        wait_until(lambda: up.running() and handles_signal(up.pid, signal.SIGTERM), "`jobs local up` handles SIGTERM")
+        wait_until(up.ready, "`jobs local up` runs its workers and handles SIGTERM")
         (job_id,) = JobClient(TOPOLOGY, sqs_client=sqs).enqueue_many([_charge("order-drained", 100, half_ms=500)])
         wait_until(lambda: up.running() and queue_depth(sqs, queue_url).in_flight == 1, "a worker holds the job")
 
@@ -170,12 +172,39 @@ def test_sigterm_drains_and_leaves_nothing_running(monkeypatch: pytest.MonkeyPat
     assert port_is_free(port), f"port {port} is still bound after `jobs local up` exited"
 
 
-def test_port_in_use_is_one_line_and_nonzero() -> None:
+@linux_only
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "BUG: shared/conveyor/local/cli.py _wait_for_stop_signal blocks the main thread in "
+        "threading.Event.wait() with no timeout; Python runs signal handlers only on the main thread, "
+        "so a SIGTERM/SIGINT the kernel delivers to another thread (a poller) never wakes it and "
+        "`jobs local up|work` ignores it until SIGKILL (seen for about 1 in 40 plain `kill`s)"
+    ),
+)
+def test_sigterm_stops_the_workers_whichever_thread_receives_it(aws: LocalAws, tmp_path: Path) -> None:
+    with jobs_process("work", "--endpoint", aws.endpoint, workdir=tmp_path) as work:
+        wait_until(work.ready, "`jobs local work` runs its workers and handles SIGTERM")
+        main_thread, *other_threads = work.threads()
+        assert main_thread == work.pid
+        assert other_threads, "no worker threads to receive the signal"
+        # A process-wide SIGTERM goes to whichever thread the kernel picks; here, the first poller.
+        send_to_thread(work.pid, other_threads[0], signal.SIGTERM)
+
+        wait_until(lambda: work.process.poll() is not None, "`jobs local work` exits after SIGTERM", timeout_s=15)
+        _, err = work.output()
+
+    assert work.process.returncode == 0, work.describe()
+    assert "conveyor: draining" in err, work.describe()
+
+
+def test_port_in_use_is_one_line_and_nonzero(tmp_path: Path) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
         holder.bind((LOOPBACK, 0))
         holder.listen()
         port = int(holder.getsockname()[1])
-        result = run_jobs("up", "--port", str(port))
+        result = run_jobs("up", "--port", str(port), workdir=tmp_path)
 
     assert result.returncode == 1, result
     lines = result.stderr.strip().splitlines()

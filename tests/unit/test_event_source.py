@@ -10,9 +10,9 @@ from typing import Any
 import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from moto import mock_aws
 
 from conveyor.declarations import Queue, Topology
+from conveyor.local.embedded import EmbeddedAws, free_port
 from conveyor.local.event_source import QueuePoller, failed_ids, to_lambda_record
 from conveyor.local.provision import provision
 
@@ -106,9 +106,14 @@ def _topology(**queue_options: Any) -> Topology:
 
 @contextmanager
 def polling(topology: Topology, handler: Recorder, messages: int) -> Iterator[tuple[Any, str, QueuePoller]]:
-    with mock_aws():
-        sqs = boto3.client("sqs")
-        provisioned = provision(topology, sqs=sqs, dynamodb=boto3.client("dynamodb"))
+    """Poll a queue on moto in server mode, as the local runtime does (in-process moto may hand
+    one message to two concurrent receivers, which real SQS and moto's server do not)."""
+    server = EmbeddedAws(free_port())
+    server.start()
+    try:
+        sqs = boto3.client("sqs", endpoint_url=server.endpoint_url)
+        dynamodb = boto3.client("dynamodb", endpoint_url=server.endpoint_url)
+        provisioned = provision(topology, sqs=sqs, dynamodb=dynamodb)
         queue = provisioned.queues["q"]
         for start in range(0, messages, 10):
             sqs.send_message_batch(
@@ -124,6 +129,12 @@ def polling(topology: Topology, handler: Recorder, messages: int) -> Iterator[tu
         finally:
             poller.stop()
             poller.join(time.monotonic() + 5)
+            for queue_url in sqs.list_queues().get("QueueUrls", []):
+                sqs.delete_queue(QueueUrl=queue_url)
+            for table in dynamodb.list_tables()["TableNames"]:
+                dynamodb.delete_table(TableName=table)
+    finally:
+        server.stop()
 
 
 def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
