@@ -241,8 +241,7 @@ class JobsProcess:
     def terminate(self, timeout_s: float = STOP_S) -> int:
         """SIGTERM to the main thread, then the exit code once it has exited.
 
-        Sent to the main thread, where Python runs signal handlers: a process-wide SIGTERM that
-        the kernel hands to another thread is lost (see the xfail test on SIGTERM's thread).
+        (Whichever thread receives it, the runtime stops: see the test on SIGTERM's thread.)
         """
         send_to_thread(self.pid, self.pid, signal.SIGTERM)
         return self.process.wait(timeout=timeout_s)

@@ -173,16 +173,6 @@ def test_sigterm_drains_and_leaves_nothing_running(monkeypatch: pytest.MonkeyPat
 
 
 @linux_only
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "BUG: shared/conveyor/local/cli.py _wait_for_stop_signal blocks the main thread in "
-        "threading.Event.wait() with no timeout; Python runs signal handlers only on the main thread, "
-        "so a SIGTERM/SIGINT the kernel delivers to another thread (a poller) never wakes it and "
-        "`jobs local up|work` ignores it until SIGKILL (seen for about 1 in 40 plain `kill`s)"
-    ),
-)
 def test_sigterm_stops_the_workers_whichever_thread_receives_it(aws: LocalAws, tmp_path: Path) -> None:
     with jobs_process("work", "--endpoint", aws.endpoint, workdir=tmp_path) as work:
         wait_until(work.ready, "`jobs local work` runs its workers and handles SIGTERM")

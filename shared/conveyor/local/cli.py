@@ -17,16 +17,22 @@ from conveyor.local.emf import RAW_VALUES_FILE
 from conveyor.local.runtime import LocalRuntime, local_environment
 
 DEFAULT_GRACE_S = 30.0
+STOP_CHECK_S = 0.2
 DEFAULT_SCENARIO = "functions.demo:SCENARIO"
 DEMO_LOG = Path(".cache/demo/worker.log")
 
 
 def _wait_for_stop_signal() -> None:
-    """Block until SIGINT (Ctrl-C) or SIGTERM."""
+    """Block until SIGINT (Ctrl-C) or SIGTERM.
+
+    Python runs signal handlers on the main thread only, and a signal the kernel hands to a
+    poller thread does not interrupt a blocking wait here: wake up regularly so it runs.
+    """
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    stop.wait()
+    while not stop.wait(STOP_CHECK_S):
+        continue
 
 
 def _start_server(port: int) -> EmbeddedAws:
