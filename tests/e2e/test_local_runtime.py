@@ -182,7 +182,7 @@ def test_sigterm_stops_the_workers_whichever_thread_receives_it(aws: LocalAws, t
         # A process-wide SIGTERM goes to whichever thread the kernel picks; here, the first poller.
         send_to_thread(work.pid, other_threads[0], signal.SIGTERM)
 
-        wait_until(lambda: work.process.poll() is not None, "`jobs local work` exits after SIGTERM", timeout_s=15)
+        wait_until(lambda: work.process.poll() is not None, "`jobs local work` exits after SIGTERM")
         _, err = work.output()
 
     assert work.process.returncode == 0, work.describe()

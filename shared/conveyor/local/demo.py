@@ -110,21 +110,16 @@ def read_dead_letters(sqs: Any, provisioned: Provisioned) -> list[dict[str, Any]
     """Every DLQ message, left in place: each is received once, then made visible again."""
     letters: list[dict[str, Any]] = []
     for queue in provisioned.queues.values():
-        seen: set[str] = set()
-        while True:
-            batch = sqs.receive_message(
-                QueueUrl=queue.dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=60, MessageAttributeNames=["All"]
-            ).get("Messages", [])
-            fresh = [message for message in batch if message["MessageId"] not in seen]
-            if not fresh:
-                break
-            seen.update(message["MessageId"] for message in fresh)
-            letters.extend(fresh)
-        for message in letters:
-            if message["MessageId"] in seen:
-                sqs.change_message_visibility(
-                    QueueUrl=queue.dlq_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
-                )
+        received: dict[str, dict[str, Any]] = {}
+        while batch := sqs.receive_message(
+            QueueUrl=queue.dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=60, MessageAttributeNames=["All"]
+        ).get("Messages", []):
+            received.update((message["MessageId"], message) for message in batch)
+        for message in received.values():
+            sqs.change_message_visibility(
+                QueueUrl=queue.dlq_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+            )
+        letters.extend(received.values())
     return letters
 
 
