@@ -226,8 +226,8 @@ class JobsProcess:
         return True
 
     def ready(self) -> bool:
-        """Its workers run and it handles SIGTERM (the handler is installed once the workers have started)."""
-        return self.running() and handles_signal(self.pid, signal.SIGTERM)
+        """It handles SIGTERM and its workers run (threads beside the main one)."""
+        return self.running() and handles_signal(self.pid, signal.SIGTERM) and len(self.threads()) > 1
 
     def threads(self) -> list[int]:
         """Its threads' ids, the main thread's (the pid) first."""

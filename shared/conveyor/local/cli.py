@@ -2,8 +2,9 @@
 
 import os
 import signal
-import threading
+import time
 from pathlib import Path
+from types import FrameType
 from typing import cast
 
 import click
@@ -22,17 +23,26 @@ DEFAULT_SCENARIO = "functions.demo:SCENARIO"
 DEMO_LOG = Path(".cache/demo/worker.log")
 
 
-def _wait_for_stop_signal() -> None:
-    """Block until SIGINT (Ctrl-C) or SIGTERM.
+class _StopSignals:
+    """Records SIGINT (Ctrl-C) and SIGTERM from the moment it is made, so none is missed at startup.
 
-    Python runs signal handlers on the main thread only, and a signal the kernel hands to a
-    poller thread does not interrupt a blocking wait here: wake up regularly so it runs.
+    The handler only appends to a list: it may interrupt the main thread anywhere, so it must
+    not take a lock (an Event's, say) that the interrupted code could be holding. Python runs
+    handlers on the main thread only, and a signal the kernel hands to a poller thread does not
+    interrupt a sleep there, so ``wait`` wakes up regularly to let a pending handler run.
     """
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    while not stop.wait(STOP_CHECK_S):
-        continue
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._record)
+
+    def _record(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signum)
+
+    def wait(self) -> None:
+        while not self.received:
+            time.sleep(STOP_CHECK_S)
 
 
 def _start_server(port: int) -> EmbeddedAws:
@@ -51,6 +61,7 @@ def _fresh(path: Path) -> Path:
 
 
 def _run_until_stopped(topology: Topology, endpoint_url: str, grace: float, raw_values: Path) -> None:
+    stop = _StopSignals()
     os.environ.update(local_environment(endpoint_url))
     runtime = LocalRuntime(topology, endpoint_url=endpoint_url)
     runtime.start(raw_values=raw_values)
@@ -58,7 +69,7 @@ def _run_until_stopped(topology: Topology, endpoint_url: str, grace: float, raw_
     for name, queue in runtime.provisioned.queues.items():
         click.echo(f"  {name:<12} {queue.url}", err=True)
     click.echo(f"  export AWS_ENDPOINT_URL={endpoint_url}   # to reach it from another shell", err=True)
-    _wait_for_stop_signal()
+    stop.wait()
     click.echo(f"conveyor: draining (up to {grace:g}s for in-flight batches)", err=True)
     if not runtime.drain(grace):
         click.echo("conveyor: batches still running were left to return to their queues", err=True)
