@@ -3,9 +3,7 @@
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-# Powertools' DynamoDBPersistenceLayer defaults: key attribute "id", TTL attribute "expiration".
-KEY_ATTRIBUTE = "id"
-TTL_ATTRIBUTE = "expiration"
+from conveyor.idempotency import RECORD_KEY, RECORD_TTL
 
 
 class IdempotencyTable(Construct):
@@ -16,9 +14,9 @@ class IdempotencyTable(Construct):
         self.table = dynamodb.Table(
             self,
             "Table",
-            partition_key=dynamodb.Attribute(name=KEY_ATTRIBUTE, type=dynamodb.AttributeType.STRING),
+            partition_key=dynamodb.Attribute(name=RECORD_KEY, type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            time_to_live_attribute=TTL_ATTRIBUTE,
+            time_to_live_attribute=RECORD_TTL,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),

@@ -24,6 +24,9 @@ from conveyor.declarations import JobType
 # window plus the DLQ's retention, the longest a message can wait for a redrive.
 DLQ_REDRIVE_WINDOW = limits.SQS_MAX_RETENTION
 KEY_PREFIX = "conveyor"
+# The idempotency table's key and TTL attributes; the stack and the local runtime create it with these.
+RECORD_KEY = "id"
+RECORD_TTL = "expiration"
 
 
 def record_lifetime(job_type: JobType[Any]) -> timedelta:
@@ -42,7 +45,9 @@ class IdempotentRunner:
             raise_on_no_idempotency_key=True,
             expires_after_seconds=int(record_lifetime(job_type).total_seconds()),
         )
-        persistence = DynamoDBPersistenceLayer(table_name=table_name, boto3_client=dynamodb_client)
+        persistence = DynamoDBPersistenceLayer(
+            table_name=table_name, key_attr=RECORD_KEY, expiry_attr=RECORD_TTL, boto3_client=dynamodb_client
+        )
         self._run = idempotent_function(
             _run_once,
             data_keyword_argument="job",

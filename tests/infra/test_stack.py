@@ -8,12 +8,12 @@ import pytest
 from aws_cdk.assertions import Capture, Match
 
 from conveyor import limits, naming, outputs
+from conveyor.idempotency import RECORD_KEY as IDEMPOTENCY_KEY
 from conveyor.settings import WorkerSettings
 from functions.providers.effects import EFFECTS_TABLE
 from functions.providers.effects import KEY_ATTRIBUTE as EFFECTS_KEY
 from functions.topology import TOPOLOGY
 from infra.app import LOG_RETENTION_CONTEXT, POWERTOOLS_LAYER_CONTEXT, PREFIX_CONTEXT, project_context
-from infra.idempotency_table import KEY_ATTRIBUTE as IDEMPOTENCY_KEY
 from infra.job_queue import DLQ_RETENTION, IDEMPOTENCY_ACTIONS
 from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME
 from tests.infra.conftest import Synthesized

@@ -10,11 +10,8 @@ from typing import Any
 
 from conveyor import limits, naming
 from conveyor.declarations import Queue, Topology
+from conveyor.idempotency import RECORD_KEY, RECORD_TTL
 from conveyor.settings import WorkerSettings
-
-# Powertools' DynamoDBPersistenceLayer defaults, as in the stack's idempotency table.
-IDEMPOTENCY_KEY = "id"
-IDEMPOTENCY_TTL = "expiration"
 
 
 @dataclass(frozen=True)
@@ -98,7 +95,7 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
         )["QueueUrl"]
         queues[queue.name] = ProvisionedQueue(name=queue.name, url=url, arn=_arn(sqs, url), dlq_url=dlq_url)
     idempotency = naming.table_name(naming.IDEMPOTENCY_TABLE, prefix=prefix)
-    _create_table(dynamodb, idempotency, key=IDEMPOTENCY_KEY, ttl_attribute=IDEMPOTENCY_TTL)
+    _create_table(dynamodb, idempotency, key=RECORD_KEY, ttl_attribute=RECORD_TTL)
     tables = {}
     for table in topology.tables:
         tables[table.name] = naming.table_name(table.name, prefix=prefix)
