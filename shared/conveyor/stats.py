@@ -118,6 +118,7 @@ def _percentiles(
         found = _get(cloudwatch, queries, start, end, period)
     except (ClientError, BotoCoreError):
         found = None
+    raw = _raw_end_to_end(raw_values, start, end) if found is None and raw_values and raw_values.exists() else None
     for entry in stats:
         if found is not None:
             entry.end_to_end_ms = {
@@ -125,22 +126,24 @@ def _percentiles(
                 for p in PERCENTILES
             }
             entry.percentiles_from = SOURCE_CLOUDWATCH
-        elif raw_values is not None and raw_values.exists():
-            values = _raw(raw_values, entry, start, end)
+        elif raw is not None:
+            values = raw.get((entry.queue, entry.job_type), [])
             entry.end_to_end_ms = {f"p{p}": percentile(values, p) for p in PERCENTILES}
             entry.percentiles_from = SOURCE_RAW
 
 
-def _raw(path: Path, entry: JobStats, start: datetime, end: datetime) -> list[float]:
-    values: list[float] = []
+def _raw_end_to_end(path: Path, start: datetime, end: datetime) -> dict[tuple[str, str], list[float]]:
+    """The raw EndToEnd values in the range, per (queue, job type), read in one pass."""
+    values: dict[tuple[str, str], list[float]] = {}
     for line in path.read_text().splitlines():
         record = json.loads(line)
+        dimensions = record["dimensions"]
         if (
             record["name"] == names.END_TO_END
-            and record["dimensions"] == {"queue": entry.queue, "job_type": entry.job_type}
+            and set(dimensions) == {"queue", "job_type"}
             and start <= datetime.fromisoformat(record["timestamp"]) < end
         ):
-            values.extend(record["values"])
+            values.setdefault((dimensions["queue"], dimensions["job_type"]), []).extend(record["values"])
     return values
 
 
