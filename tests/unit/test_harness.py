@@ -582,6 +582,15 @@ def test_retry_that_would_land_past_max_wall_time_is_dead_lettered_as_deadline_e
 # --- 4. a dead letter that cannot be sent ------------------------------------------------------
 
 
+def _sqs_fails(sqs: Stubber, operation: str) -> None:
+    sqs.add_client_error(
+        operation,
+        service_error_code="InternalError",
+        service_message="We encountered an internal error. Please try again.",
+        http_status_code=500,
+    )
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -595,12 +604,7 @@ def test_dead_letter_that_cannot_be_sent_is_reported_failed_not_dropped(
     record = standard.send_and_receive(body)
 
     with Stubber(aws.sqs) as sqs:
-        sqs.add_client_error(
-            "send_message",
-            service_error_code="InternalError",
-            service_message="We encountered an internal error. Please try again.",
-            http_status_code=500,
-        )
+        _sqs_fails(sqs, "send_message")
         assert standard.run(record) == [record["messageId"]]
         sqs.assert_no_pending_responses()
 
@@ -610,6 +614,29 @@ def test_dead_letter_that_cannot_be_sent_is_reported_failed_not_dropped(
     letter = the_dead_letter(standard)
     assert letter.body == body
     assert letter.attributes[attrs.ATTEMPTS] == "2"
+
+
+def test_snoozed_job_whose_copy_cannot_be_sent_stays_on_the_queue(standard: QueueDriver, aws: Aws) -> None:
+    record = standard.send_and_receive(step_body("k", snooze_s=30))
+
+    with Stubber(aws.sqs) as sqs:
+        _sqs_fails(sqs, "send_message")
+        assert standard.run(record) == [record["messageId"]]
+        sqs.assert_no_pending_responses()
+
+    assert standard.delayed_count() == 0
+    assert standard.dead_letters() == []
+
+
+def test_retry_whose_backoff_cannot_be_set_is_still_reported_failed(standard: QueueDriver, aws: Aws) -> None:
+    record = standard.send_and_receive(step_body("k", fail_attempts=1))
+
+    with Stubber(aws.sqs) as sqs:
+        _sqs_fails(sqs, "change_message_visibility")
+        assert standard.run(record) == [record["messageId"]]
+        sqs.assert_no_pending_responses()
+
+    assert standard.dead_letters() == []
 
 
 # --- 5. sensitive values ------------------------------------------------------------------------
