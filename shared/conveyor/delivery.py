@@ -24,6 +24,7 @@ class Delivery:
     first_received_at: datetime
     carried_first_failure: datetime | None
     not_before: datetime | None
+    redriven_at: datetime | None
     event_attributes: dict[str, Any]
 
     @classmethod
@@ -39,12 +40,17 @@ class Delivery:
             ),
             carried_first_failure=_parse_time(attrs.read_string(event_attributes, attrs.FIRST_FAILED_AT)),
             not_before=_parse_time(attrs.read_string(event_attributes, attrs.NOT_BEFORE)),
+            redriven_at=_parse_time(attrs.read_string(event_attributes, attrs.REDRIVEN_AT)),
             event_attributes=event_attributes,
         )
 
     @property
     def attempt(self) -> int:
         return self.prior_attempts + self.receive_count
+
+    def deadline_start(self, created_at: datetime) -> datetime:
+        """Where max_wall_time counts from: enqueue, or the operator's redrive, which grants a fresh window."""
+        return self.redriven_at if self.redriven_at and self.redriven_at > created_at else created_at
 
     def first_failed_at(self, now: datetime) -> datetime:
         """When this job first failed: carried over a snooze, else its first receive if it was received before."""

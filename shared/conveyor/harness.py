@@ -124,11 +124,11 @@ class Harness:
         if delivery.not_before and delivery.not_before > now:
             self._requeue(record, delivery, envelope, now, delivery.not_before - now, Kind.SNOOZED)
             return
-        age = now - envelope.created_at
+        age = now - delivery.deadline_start(envelope.created_at)
         if age > job_type.retry.max_wall_time:
             deadline = ContractError(
                 Reason.DEADLINE_EXCEEDED,
-                f"enqueued {age.total_seconds():.0f}s ago, past max_wall_time "
+                f"enqueued (or redriven) {age.total_seconds():.0f}s ago, past max_wall_time "
                 f"{job_type.retry.max_wall_time.total_seconds():.0f}s",
             )
             self._dead_letter(record, delivery, now, reason=deadline.reason, error=deadline, envelope=envelope)
@@ -227,7 +227,7 @@ class Harness:
             )
             return
         delay = job_type.retry.delay(delivery.attempt, self._rng)
-        if now + delay - envelope.created_at > job_type.retry.max_wall_time:
+        if now + delay - delivery.deadline_start(envelope.created_at) > job_type.retry.max_wall_time:
             self._dead_letter(
                 record, delivery, now, reason=Reason.DEADLINE_EXCEEDED, error=error, envelope=envelope, started_at=now
             )

@@ -15,6 +15,8 @@ from aws_lambda_powertools.utilities.idempotency import (
     IdempotencyConfig,
     idempotent_function,
 )
+from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyItemNotFoundError
+from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import STATUS_CONSTANTS
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from conveyor import limits
@@ -45,15 +47,16 @@ class IdempotentRunner:
             raise_on_no_idempotency_key=True,
             expires_after_seconds=int(record_lifetime(job_type).total_seconds()),
         )
-        persistence = DynamoDBPersistenceLayer(
+        self._persistence = DynamoDBPersistenceLayer(
             table_name=table_name, key_attr=RECORD_KEY, expiry_attr=RECORD_TTL, boto3_client=dynamodb_client
         )
+        self._key_prefix = f"{KEY_PREFIX}.{job_type.name}"
         self._run = idempotent_function(
             _run_once,
             data_keyword_argument="job",
-            persistence_store=persistence,
+            persistence_store=self._persistence,
             config=self._config,
-            key_prefix=f"{KEY_PREFIX}.{job_type.name}",
+            key_prefix=self._key_prefix,
         )
 
     def register(self, context: LambdaContext) -> None:
@@ -65,3 +68,16 @@ class IdempotentRunner:
         state = {"ran": False}
         self._run(job={"key": key}, call=call, state=state)
         return state["ran"]
+
+    def completed(self, key: str) -> bool:
+        """Whether a run under ``key`` has completed: how `jobs dlq redrive --canary` sees a success.
+
+        Read through Powertools' own persistence layer, so the record is found exactly as the
+        worker writes it.
+        """
+        self._persistence.configure(self._config, key_prefix=self._key_prefix)
+        try:
+            record = self._persistence.get_record({"key": key})
+        except IdempotencyItemNotFoundError:
+            return False
+        return record is not None and record.status == STATUS_CONSTANTS["COMPLETED"]

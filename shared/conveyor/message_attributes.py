@@ -20,6 +20,9 @@ LAST_FAILED_AT = "conveyor.last_failed_at"
 # Carried by a snoozed job's re-sent copy: attempts already spent, and the earliest run time.
 PRIOR_ATTEMPTS = "conveyor.prior_attempts"
 NOT_BEFORE = "conveyor.not_before"
+# Set by `jobs dlq redrive`: the job's max_wall_time counts again from this moment.
+REDRIVEN_AT = "conveyor.redriven_at"
+REDRIVE_ID = "conveyor.redrive_id"
 
 SendAttributes = dict[str, dict[str, str]]
 

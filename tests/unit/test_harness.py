@@ -918,3 +918,28 @@ def test_batch_of_jobs_without_a_declared_timeout_runs_in_one_full_invocation(
 
     assert effects.get(welcome_email_effect("u-a")) == Effect(calls=1, applied=1)
     assert effects.get(welcome_email_effect("u-b")) == Effect(calls=1, applied=1)
+
+
+def test_redriven_job_gets_a_fresh_max_wall_time(standard: QueueDriver, runs: list[tuple[str, int]]) -> None:
+    """`jobs dlq redrive` marks the copy; an entry dead-lettered for its age must not die of it again."""
+    created_at = FIXED_NOW - STEP_RETRY.max_wall_time - timedelta(days=3)
+    body = envelope("step", {"key": "k"}, job_id="job-redriven", created_at=created_at)
+    standard.send(body, attributes={attrs.REDRIVEN_AT: attrs.timestamp(FIXED_NOW - timedelta(minutes=1))})
+
+    assert standard.run(standard.receive_one()) == []
+
+    assert runs == [("k", 1)]
+    assert standard.dead_letters() == []
+
+
+def test_redrive_older_than_the_enqueue_does_not_extend_the_deadline(
+    standard: QueueDriver, runs: list[tuple[str, int]]
+) -> None:
+    created_at = FIXED_NOW - STEP_RETRY.max_wall_time - timedelta(seconds=1)
+    body = envelope("step", {"key": "k"}, job_id="job-odd", created_at=created_at)
+    standard.send(body, attributes={attrs.REDRIVEN_AT: attrs.timestamp(created_at - timedelta(days=1))})
+
+    assert standard.run(standard.receive_one()) == []
+
+    assert runs == []
+    assert [letter.attributes[attrs.REASON] for letter in standard.dead_letters()] == [Reason.DEADLINE_EXCEEDED]
