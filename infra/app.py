@@ -10,10 +10,10 @@ from aws_cdk import aws_logs as logs
 from cdk_nag import AwsSolutionsChecks
 
 from conveyor.declarations import DeclarationError, Topology
+from conveyor.outputs import STACK_NAME
 from infra.stack import ConveyorStack
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
-STACK_NAME = "Conveyor"
 POWERTOOLS_LAYER_CONTEXT = "conveyor:powertools-layer-version"
 PREFIX_CONTEXT = "conveyor:prefix"
 PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,19}$")

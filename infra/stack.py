@@ -11,6 +11,7 @@ from infra.dashboard import JobsDashboard
 from infra.idempotency_table import IdempotencyTable
 from infra.job_queue import JobQueue
 from infra.job_table import JobTable
+from infra.operations import Operations
 from infra.queue_monitoring import QueueMonitoring
 from infra.worker_package import WorkerPackage
 
@@ -64,8 +65,16 @@ class ConveyorStack(Stack):
             table = JobTable(self, f"Table-{declaration.name}", declaration=declaration)
             for job_queue in self.job_queues.values():
                 table.grant_to(job_queue.function)
+        operations = Operations(
+            self, "Operations", prefix=prefix, job_queues=self.job_queues, idempotency_table=idempotency.table
+        )
         CfnOutput(self, outputs.ALARM_TOPIC, value=alarms.topic.topic_arn)
         CfnOutput(self, outputs.IDEMPOTENCY_TABLE, value=idempotency.table.table_name)
+        CfnOutput(self, outputs.PREFIX, value=prefix)
+        CfnOutput(self, outputs.OPS_AUDIT_TABLE, value=operations.audit_table.table_name)
+        CfnOutput(self, outputs.RESUME_SCHEDULE_GROUP, value=operations.schedule_group.schedule_group_name)
+        CfnOutput(self, outputs.RESUME_SCHEDULE_ROLE, value=operations.resume_role.role_arn)
+        CfnOutput(self, outputs.OPERATOR_POLICY, value=operations.operator_policy.managed_policy_arn)
         for name, job_queue in self.job_queues.items():
             for resource, value in (
                 (outputs.QUEUE_URL, job_queue.queue.queue_url),

@@ -4,12 +4,23 @@ The stack writes these outputs and the ops CLI reads them, so the naming lives h
 beside the declarations, rather than in either.
 """
 
+STACK_NAME = "Conveyor"
+
 QUEUE_URL = "QueueUrl"
 DLQ_URL = "DlqUrl"
 WORKER_FUNCTION = "WorkerFunction"
 EVENT_SOURCE_MAPPING = "EventSourceMapping"
 IDEMPOTENCY_TABLE = "IdempotencyTable"
 ALARM_TOPIC = "AlarmTopic"
+# What `jobs` needs beyond the queues: where it records audit rows, and what a timed pause
+# uses to resume itself (an EventBridge Scheduler group and the role its schedules assume).
+OPS_AUDIT_TABLE = "OpsAuditTable"
+# The deployment's name prefix: schedules the CLI creates must carry it (the operator policy says so).
+PREFIX = "Prefix"
+RESUME_SCHEDULE_GROUP = "ResumeScheduleGroup"
+RESUME_SCHEDULE_ROLE = "ResumeScheduleRole"
+# The managed policy to attach to whoever runs `jobs` against this stack.
+OPERATOR_POLICY = "OperatorPolicy"
 
 
 def queue_output_key(queue_name: str, resource: str) -> str:

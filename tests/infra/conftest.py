@@ -9,8 +9,9 @@ import pytest
 from aws_cdk.assertions import Template
 
 from conveyor.declarations import Topology
+from conveyor.outputs import STACK_NAME
 from functions.topology import TOPOLOGY
-from infra.app import STACK_NAME, build_app
+from infra.app import build_app
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,31 @@ class Synthesized:
         raise AssertionError(f"no worker function for queue {name!r}")
 
     def table(self, key_attribute: str) -> str:
-        """The logical id of the one table keyed on ``key_attribute``."""
+        """The logical id of the one table keyed on ``key_attribute`` that the workers' environment names.
+
+        Only the workers' tables: the ops audit table shares the idempotency table's key
+        attribute, and is found through its stack output instead.
+        """
+        named: set[str] = {
+            value["Ref"]
+            for resource in self.resources.values()
+            if resource["Type"] == "AWS::Lambda::Function"
+            for value in resource["Properties"]["Environment"]["Variables"].values()
+            if isinstance(value, dict) and "Ref" in value
+        }
         (logical_id,) = [
             logical_id
-            for logical_id, resource in self.resources.items()
-            if resource["Type"] == "AWS::DynamoDB::Table"
-            and resource["Properties"]["KeySchema"] == [{"AttributeName": key_attribute, "KeyType": "HASH"}]
+            for logical_id in named
+            if self.resources[logical_id]["Type"] == "AWS::DynamoDB::Table"
+            and self.resources[logical_id]["Properties"]["KeySchema"]
+            == [{"AttributeName": key_attribute, "KeyType": "HASH"}]
         ]
         return logical_id
+
+    def output_ref(self, key: str) -> str:
+        """The logical id of the resource whose ``Ref`` the stack output ``key`` carries."""
+        ref: str = self.template.to_json()["Outputs"][key]["Value"]["Ref"]
+        return ref
 
     def properties(self, logical_id: str) -> dict[str, Any]:
         properties: dict[str, Any] = self.resources[logical_id]["Properties"]
