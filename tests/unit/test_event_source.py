@@ -1,10 +1,14 @@
-"""The event source emulator applies partial batch responses as Lambda does."""
+"""The event source emulator applies partial batch responses, and obeys pause, resume and
+concurrency changes, as Lambda does."""
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import boto3
@@ -13,8 +17,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from conveyor.declarations import Queue, Topology
 from conveyor.local.embedded import EmbeddedAws, free_port
-from conveyor.local.event_source import QueuePoller, failed_ids, to_lambda_record
+from conveyor.local.event_source import Control, Handler, QueuePoller, failed_ids, to_lambda_record
 from conveyor.local.provision import provision
+from conveyor.ops.event_sources import EventSourceState, LocalEventSources
 
 BATCH = {"m-1", "m-2", "m-3"}
 
@@ -100,14 +105,94 @@ class Recorder:
         return self._answer(ids)
 
 
+class Gate:
+    """A stand-in function that holds every invocation until the next ``release``."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._round = 0
+        self._open = False
+        # Invocations held since the last release.
+        self.held = 0
+
+    def __call__(self, event: dict[str, Any], context: LambdaContext) -> object:
+        with self._changed:
+            entered = self._round
+            self.held += 1
+            self._changed.wait_for(lambda: self._open or self._round > entered)
+        return None
+
+    def release(self) -> int:
+        """Let the held invocations return; later ones are held again. Returns how many were held."""
+        with self._changed:
+            released, self.held = self.held, 0
+            self._round += 1
+            self._changed.notify_all()
+        return released
+
+    def open(self) -> None:
+        """Hold nothing any more, so that the poller can drain."""
+        with self._changed:
+            self._open = True
+            self._changed.notify_all()
+
+
+class ControlReads:
+    """The poller's control, counting its reads, and failing them while ``failing`` is set."""
+
+    def __init__(self, read: Control) -> None:
+        self._read = read
+        self._lock = threading.Lock()
+        self.reads = 0
+        self.failures = 0
+        self.failing = False
+
+    def __call__(self) -> EventSourceState:
+        with self._lock:
+            self.reads += 1
+            failing = self.failing
+            if failing:
+                self.failures += 1
+        if failing:
+            raise ConnectionError("the event sources table is unreachable")
+        return self._read()
+
+
+@dataclass
+class Polling:
+    sqs: Any
+    url: str
+    poller: QueuePoller
+    event_sources: LocalEventSources
+    control: ControlReads
+
+    def send(self, count: int) -> None:
+        for start in range(0, count, 10):
+            self.sqs.send_message_batch(
+                QueueUrl=self.url,
+                Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(start, min(count, start + 10))],
+            )
+
+    def counts(self) -> tuple[int, int]:
+        """(visible, in flight) messages in the queue."""
+        attributes = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["All"])["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+    def wait_for_reads(self, count: int) -> None:
+        """Wait until the poller has read its state ``count`` more times: it has had the time to act on it."""
+        target = self.control.reads + count
+        _wait_for(lambda: self.control.reads >= target)
+
+
 def _topology(**queue_options: Any) -> Topology:
     return Topology(queues=(Queue("q", age_objective=timedelta(minutes=1), **queue_options),))
 
 
 @contextmanager
-def polling(topology: Topology, handler: Recorder, messages: int) -> Iterator[tuple[Any, str, QueuePoller]]:
+def polling(topology: Topology, handler: Handler, messages: int, *, paused: bool = False) -> Iterator[Polling]:
     """Poll a queue on moto in server mode, as the local runtime does (in-process moto may hand
-    one message to two concurrent receivers, which real SQS and moto's server do not)."""
+    one message to two concurrent receivers, which real SQS and moto's server do not), with its
+    mapping's state in the provisioned table (``paused`` before the poller starts)."""
     server = EmbeddedAws(free_port())
     server.start()
     try:
@@ -115,17 +200,23 @@ def polling(topology: Topology, handler: Recorder, messages: int) -> Iterator[tu
         dynamodb = boto3.client("dynamodb", endpoint_url=server.endpoint_url)
         provisioned = provision(topology, sqs=sqs, dynamodb=dynamodb)
         queue = provisioned.queues["q"]
-        for start in range(0, messages, 10):
-            sqs.send_message_batch(
-                QueueUrl=queue.url,
-                Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(start, min(messages, start + 10))],
-            )
+        event_sources = LocalEventSources(dynamodb, provisioned.event_sources_table)
+        if paused:
+            event_sources.pause("q", resume_at=None)
+        control = ControlReads(partial(event_sources.state, "q"))
         poller = QueuePoller(
-            declaration=topology.queue("q"), provisioned=queue, handler=handler, sqs=sqs, function_name="q-worker"
+            declaration=topology.queue("q"),
+            provisioned=queue,
+            handler=handler,
+            sqs=sqs,
+            function_name="q-worker",
+            control=control,
         )
+        polled = Polling(sqs=sqs, url=queue.url, poller=poller, event_sources=event_sources, control=control)
+        polled.send(messages)
         poller.start()
         try:
-            yield sqs, queue.url, poller
+            yield polled
         finally:
             poller.stop()
             poller.join(time.monotonic() + 5)
@@ -145,17 +236,12 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def _counts(sqs: Any, url: str) -> tuple[int, int]:
-    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
-
-
 def test_batches_fill_up_to_batch_size_within_the_window() -> None:
     handler = Recorder()
     topology = _topology(batch_size=25, batching_window=timedelta(seconds=2), max_concurrency=2)
-    with polling(topology, handler, messages=25) as (sqs, url, poller):
-        _wait_for(lambda: poller.stats.deleted == 25)
-        assert _counts(sqs, url) == (0, 0)
+    with polling(topology, handler, messages=25) as polled:
+        _wait_for(lambda: polled.poller.stats.deleted == 25)
+        assert polled.counts() == (0, 0)
     sizes = [len(batch) for batch in handler.batches]
     # Two pollers share 25 messages; one receive returns at most 10, so a batch above 10 was gathered.
     assert sum(sizes) == 25
@@ -164,38 +250,104 @@ def test_batches_fill_up_to_batch_size_within_the_window() -> None:
 
 def test_only_failed_records_stay_on_the_queue() -> None:
     handler = Recorder(answer=lambda ids: {"batchItemFailures": [{"itemIdentifier": ids[0]}]})
-    with polling(_topology(batch_size=5, max_concurrency=2), handler, messages=5) as (sqs, url, poller):
-        _wait_for(lambda: poller.stats.invocations >= 1)
-        assert poller.stats.deleted == 4
-        assert _counts(sqs, url) == (0, 1)
+    with polling(_topology(batch_size=5, max_concurrency=2), handler, messages=5) as polled:
+        _wait_for(lambda: polled.poller.stats.invocations >= 1)
+        assert polled.poller.stats.deleted == 4
+        assert polled.counts() == (0, 1)
 
 
 def test_an_exception_returns_the_whole_batch() -> None:
     def explode(ids: list[str]) -> object:
         raise RuntimeError("boom")
 
-    with polling(_topology(batch_size=5, max_concurrency=2), Recorder(answer=explode), messages=5) as (
-        sqs,
-        url,
-        poller,
-    ):
-        _wait_for(lambda: poller.stats.invocations >= 1)
-        assert poller.stats.deleted == 0
-        assert _counts(sqs, url) == (0, 5)
+    with polling(_topology(batch_size=5, max_concurrency=2), Recorder(answer=explode), messages=5) as polled:
+        _wait_for(lambda: polled.poller.stats.invocations >= 1)
+        assert polled.poller.stats.deleted == 0
+        assert polled.counts() == (0, 5)
 
 
 def test_an_invocation_past_its_timeout_returns_the_whole_batch() -> None:
     handler = Recorder(pause_s=1.2)
     topology = _topology(batch_size=3, max_concurrency=2, function_timeout=timedelta(seconds=1))
-    with polling(topology, handler, messages=3) as (sqs, url, poller):
-        _wait_for(lambda: poller.stats.invocations >= 1)
-        assert poller.stats.deleted == 0
-        assert _counts(sqs, url) == (0, 3)
+    with polling(topology, handler, messages=3) as polled:
+        _wait_for(lambda: polled.poller.stats.invocations >= 1)
+        assert polled.poller.stats.deleted == 0
+        assert polled.counts() == (0, 3)
     assert 0 < handler.remaining_ms[0] <= 1000
 
 
 def test_concurrency_never_exceeds_the_declared_maximum() -> None:
     handler = Recorder(pause_s=0.2)
-    with polling(_topology(batch_size=1, max_concurrency=3), handler, messages=12) as (_, _, poller):
-        _wait_for(lambda: poller.stats.deleted >= 12)
+    with polling(_topology(batch_size=1, max_concurrency=3), handler, messages=12) as polled:
+        _wait_for(lambda: polled.poller.stats.deleted >= 12)
     assert 1 <= handler.most_at_once <= 3
+
+
+def test_pausing_stops_consumption_and_resuming_restarts_it() -> None:
+    handler = Recorder()
+    with polling(_topology(batch_size=1, max_concurrency=2), handler, messages=1) as polled:
+        _wait_for(lambda: polled.poller.stats.deleted == 1)
+        polled.event_sources.pause("q", resume_at=None)
+        _wait_for(lambda: polled.poller.paused)
+        polled.send(5)
+        polled.wait_for_reads(2)
+        assert len(handler.batches) == 1
+        assert polled.counts() == (5, 0)
+
+        polled.event_sources.resume("q")
+        _wait_for(lambda: polled.poller.stats.deleted == 6)
+        assert not polled.poller.paused
+        assert polled.counts() == (0, 0)
+
+
+def test_a_queue_paused_before_the_pollers_start_receives_nothing_until_resumed() -> None:
+    handler = Recorder()
+    with polling(_topology(batch_size=1, max_concurrency=2), handler, messages=3, paused=True) as polled:
+        polled.wait_for_reads(2)
+        assert polled.poller.paused
+        assert handler.batches == []
+        assert polled.counts() == (3, 0)
+
+        polled.event_sources.resume("q")
+        _wait_for(lambda: polled.poller.stats.deleted == 3)
+
+
+def test_raising_and_lowering_max_concurrency_changes_how_many_batches_run_at_once() -> None:
+    gate = Gate()
+    with polling(_topology(batch_size=1, max_concurrency=2), gate, messages=20) as polled:
+        try:
+            _wait_for(lambda: gate.held == 2)
+            polled.event_sources.set_max_concurrency("q", 4)
+            _wait_for(lambda: gate.held == 4)
+            assert polled.poller.concurrency == 4
+
+            polled.event_sources.set_max_concurrency("q", 2)
+            _wait_for(lambda: polled.poller.concurrency == 2)
+            assert gate.release() == 4
+
+            def two_held_after(invocations: int) -> bool:
+                return polled.poller.stats.invocations == invocations and gate.held == 2
+
+            # Each round, the two threads still within the concurrency take one batch each; the
+            # two surplus ones finished their batch and receive no more.
+            for invocations in (4, 6):
+                _wait_for(partial(two_held_after, invocations))
+                assert gate.release() == 2
+        finally:
+            gate.open()
+
+
+def test_a_failing_control_read_keeps_the_last_known_state(caplog: pytest.LogCaptureFixture) -> None:
+    handler = Recorder()
+    with polling(_topology(batch_size=1, max_concurrency=2), handler, messages=0) as polled:
+        polled.control.failing = True
+        _wait_for(lambda: polled.control.failures >= 2)
+        polled.event_sources.pause("q", resume_at=None)  # not seen while the reads fail
+        polled.send(3)
+        _wait_for(lambda: polled.poller.stats.deleted == 3)
+
+        polled.control.failing = False
+        _wait_for(lambda: polled.poller.paused)  # the control loop survived its failures
+    logged = [record for record in caplog.records if "reading the event source state" in record.getMessage()]
+    assert len(logged) == polled.control.failures
+    assert all(record.levelno == logging.ERROR for record in logged)

@@ -3,6 +3,9 @@
 What Lambda does, and so what this does:
 - up to ``max_concurrency`` invocations at once, each with a batch of up to ``batch_size``
   records gathered for at most ``batching_window``;
+- pause, resume and a new maximum concurrency take effect within seconds, without losing a
+  batch already received (the state is read through a callable, so this module knows nothing
+  of where it is kept);
 - records in Lambda's shape, with every attribute Lambda sends;
 - a context with the function's timeout;
 - after the invocation, only the records not reported in ``batchItemFailures`` are deleted;
@@ -23,12 +26,18 @@ from conveyor import limits
 from conveyor.declarations import Queue
 from conveyor.local.lambda_context import LocalLambdaContext
 from conveyor.local.provision import ProvisionedQueue
+from conveyor.ops.event_sources import EventSourceState
 
 log = logging.getLogger(__name__)
 
-# Long-poll wait per receive; short, so that a stop request is noticed within about a second.
+# Long-poll wait per receive; short, so that a stop or a pause is noticed within about a second.
 RECEIVE_WAIT_S = 1
+# How often the mapping's state (enabled, max concurrency) is read, as Lambda's pollers pick up
+# UpdateEventSourceMapping within seconds.
+CONTROL_POLL_S = 1.0
 Handler = Callable[[dict[str, Any], LambdaContext], Any]
+# Reads the mapping's current state; for the local runtime, LocalEventSources.state for one queue.
+Control = Callable[[], EventSourceState]
 
 
 def to_lambda_record(message: Mapping[str, Any], *, queue_arn: str) -> dict[str, Any]:
@@ -87,52 +96,157 @@ class PollerStats:
 
 
 class QueuePoller:
-    """One queue's event source mapping, run by ``max_concurrency`` threads."""
+    """One queue's event source mapping: a control loop and up to ``max_concurrency`` polling threads.
+
+    As Lambda's pollers obey UpdateEventSourceMapping, these obey ``control``, read every
+    ``CONTROL_POLL_S``: disabled, no thread receives; ``max_concurrency``, how many threads
+    receive at once (the declared value until the first read). Threads are numbered and only
+    those below the target receive; surplus ones idle after their current batch, and raising
+    the target wakes them or starts new ones. A batch already received is always invoked and
+    acknowledged, so pausing or shrinking never strands messages until their visibility lapses.
+    """
 
     def __init__(
-        self, *, declaration: Queue, provisioned: ProvisionedQueue, handler: Handler, sqs: Any, function_name: str
+        self,
+        *,
+        declaration: Queue,
+        provisioned: ProvisionedQueue,
+        handler: Handler,
+        sqs: Any,
+        function_name: str,
+        control: Control,
     ) -> None:
         self.declaration = declaration
         self._provisioned = provisioned
         self._handler = handler
         self._sqs = sqs
         self._function_name = function_name
+        self._control = control
         self._stopping = threading.Event()
+        # Guards the fields below; notified whenever they change, to wake idle threads.
+        self._changed = threading.Condition()
+        self._enabled = True
+        self._concurrency = declaration.max_concurrency
+        self._receiving = 0
         self._threads: list[threading.Thread] = []
+        self._control_thread = threading.Thread(
+            target=self._control_loop, name=f"poller-{declaration.name}-control", daemon=True
+        )
         self.stats = PollerStats()
 
+    @property
+    def paused(self) -> bool:
+        """Disabled, and no thread still in a receive: nothing is received until it is enabled again.
+
+        Batches received before the pause may still be running (``stats.in_flight``).
+        """
+        with self._changed:
+            return not self._enabled and self._receiving == 0
+
+    @property
+    def concurrency(self) -> int:
+        """How many threads may receive at once: the mapping's current maximum concurrency."""
+        with self._changed:
+            return self._concurrency
+
     def start(self) -> None:
-        for index in range(self.declaration.max_concurrency):
-            thread = threading.Thread(target=self._poll, name=f"poller-{self.declaration.name}-{index}", daemon=True)
-            self._threads.append(thread)
-            thread.start()
+        """Read the state once (a paused queue must not receive even briefly), then start polling."""
+        self._refresh()
+        with self._changed:  # at the declared concurrency if that read failed
+            self._add_threads()
+        self._control_thread.start()
 
     def stop(self) -> None:
         """Stop receiving; batches already invoked run to completion."""
-        self._stopping.set()
+        with self._changed:
+            self._stopping.set()
+            self._changed.notify_all()
 
     def join(self, deadline: float) -> bool:
-        """Wait until ``deadline`` (monotonic) for in-flight batches; True if all finished."""
-        for thread in self._threads:
+        """After ``stop``, wait until ``deadline`` (monotonic) for in-flight batches; True if all finished."""
+        with self._changed:  # no thread is added once stopping
+            threads = [self._control_thread, *self._threads]
+        for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        return not any(thread.is_alive() for thread in self._threads)
+        return not any(thread.is_alive() for thread in threads)
 
-    def _poll(self) -> None:
-        while not self._stopping.is_set():
+    def _control_loop(self) -> None:
+        while not self._stopping.wait(CONTROL_POLL_S):
+            self._refresh()
+
+    def _refresh(self) -> None:
+        """Apply the mapping's current state; if it cannot be read, keep the last one known."""
+        try:
+            state = self._control()
+        except Exception:  # a control read failing must not stop consumption, as in Lambda
+            log.exception(
+                "reading the event source state of queue %s failed; keeping the last one", self.declaration.name
+            )
+            return
+        concurrency = state.max_concurrency or self.declaration.max_concurrency  # None: no cap was set
+        with self._changed:
+            if state.enabled != self._enabled or concurrency != self._concurrency:
+                log.info(
+                    "queue %s: event source %s, max concurrency %d",
+                    self.declaration.name,
+                    "enabled" if state.enabled else "disabled",
+                    concurrency,
+                )
+            self._enabled, self._concurrency = state.enabled, concurrency
+            self._add_threads()
+            self._changed.notify_all()
+
+    def _add_threads(self) -> None:
+        """Start threads up to the target concurrency (the caller holds ``_changed``)."""
+        while len(self._threads) < self._concurrency and not self._stopping.is_set():
+            thread = threading.Thread(
+                target=self._poll,
+                args=(len(self._threads),),
+                name=f"poller-{self.declaration.name}-{len(self._threads)}",
+                daemon=True,
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    def _may_receive(self, index: int) -> bool:
+        return self._enabled and index < self._concurrency and not self._stopping.is_set()
+
+    def _await_turn(self, index: int) -> bool:
+        """Idle until thread ``index`` may receive, and count it as receiving; False once stopping."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._stopping.is_set() or self._may_receive(index))
+            if self._stopping.is_set():
+                return False
+            self._receiving += 1
+            return True
+
+    def _poll(self, index: int) -> None:
+        while self._await_turn(index):
             try:
-                batch = self._gather()
+                batch = self._receive(index)
                 if batch:
                     self._invoke(batch)
             except Exception:  # a poller survives a failed call, as Lambda's pollers do
                 log.exception("poller for queue %s failed; retrying", self.declaration.name)
                 self._stopping.wait(RECEIVE_WAIT_S)
 
-    def _gather(self) -> list[dict[str, Any]]:
-        """Receive up to batch_size messages, waiting at most the batching window to fill the batch."""
+    def _receive(self, index: int) -> list[dict[str, Any]]:
+        """Gather a batch, counted as receiving until done, so that ``paused`` waits for it."""
+        try:
+            return self._gather(index)
+        finally:
+            with self._changed:
+                self._receiving -= 1
+
+    def _gather(self, index: int) -> list[dict[str, Any]]:
+        """Receive up to batch_size messages, waiting at most the batching window to fill the batch.
+
+        Gathering ends early if thread ``index`` may no longer receive; what it has is still invoked.
+        """
         window = self.declaration.batching_window.total_seconds()
         deadline = time.monotonic() + window
         batch: list[dict[str, Any]] = []
-        while len(batch) < self.declaration.batch_size and not self._stopping.is_set():
+        while len(batch) < self.declaration.batch_size and self._may_receive(index):
             remaining = deadline - time.monotonic()
             wait = RECEIVE_WAIT_S if not batch else max(0, min(RECEIVE_WAIT_S, int(remaining)))
             batch += self._sqs.receive_message(

@@ -11,6 +11,8 @@ from typing import Any
 from conveyor import limits, naming
 from conveyor.declarations import Queue, Topology
 from conveyor.idempotency import RECORD_KEY, RECORD_TTL
+from conveyor.ops.audit import AUDIT_KEY, AUDIT_TABLE, AUDIT_TTL
+from conveyor.ops.event_sources import LOCAL_EVENT_SOURCES_KEY, LOCAL_EVENT_SOURCES_TABLE, LocalEventSources
 from conveyor.settings import WorkerSettings
 
 
@@ -29,6 +31,8 @@ class Provisioned:
     queues: dict[str, ProvisionedQueue]
     idempotency_table: str
     tables: dict[str, str]
+    audit_table: str
+    event_sources_table: str
 
     def worker_settings(self, queue: str) -> WorkerSettings:
         provisioned = self.queues[queue]
@@ -80,7 +84,11 @@ def _fifo(queue: Queue) -> dict[str, str]:
 
 
 def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None = None) -> Provisioned:
-    """Create (or find, if they exist) every declared queue, DLQ and table."""
+    """Create (or find, if they exist) every declared queue, DLQ and table, and what `jobs` operates with.
+
+    Each queue's emulated event source mapping starts enabled at its declared concurrency,
+    unless an earlier run left one (paused, say), which is kept.
+    """
     queues = {}
     for queue in topology.queues:
         dlq_url = sqs.create_queue(
@@ -100,7 +108,18 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
     for table in topology.tables:
         tables[table.name] = naming.table_name(table.name, prefix=prefix)
         _create_table(dynamodb, tables[table.name], key=table.key, ttl_attribute=table.ttl_attribute)
-    return Provisioned(queues=queues, idempotency_table=idempotency, tables=tables)
+    audit = naming.table_name(AUDIT_TABLE, prefix=prefix)
+    _create_table(dynamodb, audit, key=AUDIT_KEY, ttl_attribute=AUDIT_TTL)
+    event_sources = naming.table_name(LOCAL_EVENT_SOURCES_TABLE, prefix=prefix)
+    _create_table(dynamodb, event_sources, key=LOCAL_EVENT_SOURCES_KEY, ttl_attribute=None)
+    LocalEventSources(dynamodb, event_sources).seed(topology)
+    return Provisioned(
+        queues=queues,
+        idempotency_table=idempotency,
+        tables=tables,
+        audit_table=audit,
+        event_sources_table=event_sources,
+    )
 
 
 def _arn(sqs: Any, url: str) -> str:

@@ -9,6 +9,7 @@ visibility timeout lapses.
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -22,6 +23,7 @@ from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
 from conveyor.local.event_source import QueuePoller
 from conveyor.local.provision import Provisioned, provision
 from conveyor.metrics import JobMetrics
+from conveyor.ops.event_sources import LocalEventSources
 from conveyor.outcomes import Observer, fan_out, ignore
 from conveyor.worker import Worker
 
@@ -77,6 +79,8 @@ class LocalRuntime:
         sys.stdout = EmfForwarder(sys.stdout, self.cloudwatch, raw_values)
         # The stack gives every worker these variables; here all workers share one process.
         os.environ.update(provisioned.table_environment())
+        # What `jobs pause/resume/concurrency` change locally; each poller reads its queue's state.
+        event_sources = LocalEventSources(self.dynamodb, provisioned.event_sources_table)
         for queue in self.topology.queues:
             metrics = JobMetrics()
             harness = Harness(
@@ -92,6 +96,7 @@ class LocalRuntime:
                 handler=Worker(harness, metrics).handle,
                 sqs=self.sqs,
                 function_name=f"{naming.queue_name(queue.name)}-worker",
+                control=partial(event_sources.state, queue.name),
             )
             self.pollers[queue.name] = poller
             poller.start()

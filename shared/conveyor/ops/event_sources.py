@@ -1,0 +1,219 @@
+"""Pause, resume and size a queue's consumption: its event source mapping's state.
+
+In AWS that state is the Lambda event source mapping itself, and a timed pause leaves an
+EventBridge Scheduler one-time schedule that re-enables it. The local runtime has no
+Lambda mappings (one created in moto consumes the messages itself), so its pollers read
+the same state from an item per queue in the embedded DynamoDB, and a due resume is
+applied by whoever reads the state next: the pollers do so every second.
+"""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from conveyor import limits
+from conveyor.declarations import Topology
+
+LOCAL_EVENT_SOURCES_TABLE = "local-event-sources"
+LOCAL_EVENT_SOURCES_KEY = "queue"
+# The universal target through which a one-time schedule calls UpdateEventSourceMapping.
+RESUME_TARGET_ARN = "arn:aws:scheduler:::aws-sdk:lambda:updateEventSourceMapping"
+# Lambda states in which the mapping is not polling (or is about to stop).
+PAUSED_STATES = frozenset({"Disabled", "Disabling"})
+# The local mapping's update that resumes it, by hand or when a timed pause is due.
+_RESUME_UPDATE = "SET enabled = :on REMOVE resume_at"
+_RESUME_VALUES = {":on": {"BOOL": True}}
+
+
+@dataclass(frozen=True)
+class EventSourceState:
+    enabled: bool
+    max_concurrency: int | None
+    resume_at: datetime | None = None
+
+
+class EventSources(Protocol):
+    def state(self, queue: str) -> EventSourceState: ...
+
+    def pause(self, queue: str, *, resume_at: datetime | None) -> None: ...
+
+    def resume(self, queue: str) -> None: ...
+
+    def set_max_concurrency(self, queue: str, value: int) -> None: ...
+
+
+def check_max_concurrency(value: int) -> int:
+    if not limits.ESM_MIN_MAX_CONCURRENCY <= value <= limits.ESM_MAX_MAX_CONCURRENCY:
+        raise ValueError(
+            f"concurrency {value}: must be between {limits.ESM_MIN_MAX_CONCURRENCY} "
+            f"and {limits.ESM_MAX_MAX_CONCURRENCY} (Lambda's MaximumConcurrency range)"
+        )
+    return value
+
+
+def _timestamp(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _parse_timestamp(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+
+
+class LocalEventSources:
+    """The local runtime's mappings: one item per queue in ``table_name``."""
+
+    def __init__(self, dynamodb: Any, table_name: str, *, clock: Callable[[], datetime] | None = None) -> None:
+        self._dynamodb = dynamodb
+        self._table = table_name
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def seed(self, topology: Topology) -> None:
+        """Give each declared queue an enabled mapping with its declared concurrency, unless it has one."""
+        for queue in topology.queues:
+            try:
+                self._dynamodb.put_item(
+                    TableName=self._table,
+                    Item={
+                        LOCAL_EVENT_SOURCES_KEY: {"S": queue.name},
+                        "enabled": {"BOOL": True},
+                        "max_concurrency": {"N": str(queue.max_concurrency)},
+                    },
+                    ConditionExpression="attribute_not_exists(#key)",
+                    ExpressionAttributeNames={"#key": LOCAL_EVENT_SOURCES_KEY},
+                )
+            except self._dynamodb.exceptions.ConditionalCheckFailedException:
+                continue
+
+    def state(self, queue: str) -> EventSourceState:
+        item = self._dynamodb.get_item(
+            TableName=self._table, Key={LOCAL_EVENT_SOURCES_KEY: {"S": queue}}, ConsistentRead=True
+        ).get("Item")
+        if item is None:
+            raise LookupError(f"queue {queue!r} has no event source in {self._table}")
+        resume_at = _parse_timestamp(item["resume_at"]["S"]) if "resume_at" in item else None
+        enabled = bool(item["enabled"]["BOOL"])
+        if not enabled and resume_at is not None and resume_at <= self._clock():
+            # The one-time schedule's moment has come: fire it, unless the pause changed meanwhile.
+            try:
+                self._update(
+                    queue, _RESUME_UPDATE, {**_RESUME_VALUES, ":at": item["resume_at"]}, condition="resume_at = :at"
+                )
+            except self._dynamodb.exceptions.ConditionalCheckFailedException:
+                return self.state(queue)
+            enabled, resume_at = True, None
+        return EventSourceState(enabled=enabled, max_concurrency=int(item["max_concurrency"]["N"]), resume_at=resume_at)
+
+    def pause(self, queue: str, *, resume_at: datetime | None) -> None:
+        values: dict[str, Any] = {":off": {"BOOL": False}}
+        if resume_at is None:
+            expression = "SET enabled = :off REMOVE resume_at"
+        else:
+            expression = "SET enabled = :off, resume_at = :at"
+            values[":at"] = {"S": _timestamp(resume_at)}
+        self._update(queue, expression, values)
+
+    def resume(self, queue: str) -> None:
+        self._update(queue, _RESUME_UPDATE, _RESUME_VALUES)
+
+    def set_max_concurrency(self, queue: str, value: int) -> None:
+        self._update(queue, "SET max_concurrency = :n", {":n": {"N": str(check_max_concurrency(value))}})
+
+    def _update(self, queue: str, expression: str, values: dict[str, Any], *, condition: str = "") -> None:
+        """Update the queue's mapping if it exists (else LookupError) and ``condition`` holds (else
+        ConditionalCheckFailedException)."""
+        exists = "attribute_exists(#key)"
+        try:
+            self._dynamodb.update_item(
+                TableName=self._table,
+                Key={LOCAL_EVENT_SOURCES_KEY: {"S": queue}},
+                UpdateExpression=expression,
+                ExpressionAttributeValues=values,
+                ConditionExpression=f"{exists} AND {condition}" if condition else exists,
+                ExpressionAttributeNames={"#key": LOCAL_EVENT_SOURCES_KEY},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except self._dynamodb.exceptions.ConditionalCheckFailedException as error:
+            if "Item" not in error.response:  # no old item: the queue has no mapping
+                raise LookupError(f"queue {queue!r} has no event source in {self._table}") from error
+            raise
+
+
+@dataclass(frozen=True)
+class ResumeSchedules:
+    """Where a timed pause leaves its one-time schedule, and the role that schedule assumes."""
+
+    group: str
+    role_arn: str
+    prefix: str
+
+    def name(self, queue: str) -> str:
+        return f"{self.prefix}-resume-{queue}"
+
+
+class LambdaEventSources:
+    """The deployed mappings, by queue name, as the stack's outputs list them."""
+
+    def __init__(self, lambda_client: Any, scheduler: Any, *, mappings: dict[str, str], schedules: ResumeSchedules):
+        self._lambda = lambda_client
+        self._scheduler = scheduler
+        self._mappings = mappings
+        self._schedules = schedules
+
+    def state(self, queue: str) -> EventSourceState:
+        mapping = self._lambda.get_event_source_mapping(UUID=self._uuid(queue))
+        scaling = mapping.get("ScalingConfig") or {}
+        return EventSourceState(
+            enabled=mapping["State"] not in PAUSED_STATES,
+            max_concurrency=scaling.get("MaximumConcurrency"),
+            resume_at=self._resume_at(queue),
+        )
+
+    def pause(self, queue: str, *, resume_at: datetime | None) -> None:
+        """The resume schedule is in place before the mapping stops: a failure cannot leave a timed pause endless."""
+        self._delete_schedule(queue)
+        if resume_at is not None:
+            self._scheduler.create_schedule(
+                Name=self._schedules.name(queue),
+                GroupName=self._schedules.group,
+                ScheduleExpression=f"at({_timestamp(resume_at)})",
+                ScheduleExpressionTimezone="UTC",
+                FlexibleTimeWindow={"Mode": "OFF"},
+                ActionAfterCompletion="DELETE",
+                Description=f"conveyor: resume queue {queue} after a timed pause",
+                Target={
+                    "Arn": RESUME_TARGET_ARN,
+                    "RoleArn": self._schedules.role_arn,
+                    "Input": json.dumps({"UUID": self._uuid(queue), "Enabled": True}),
+                },
+            )
+        self._lambda.update_event_source_mapping(UUID=self._uuid(queue), Enabled=False)
+
+    def resume(self, queue: str) -> None:
+        self._lambda.update_event_source_mapping(UUID=self._uuid(queue), Enabled=True)
+        self._delete_schedule(queue)
+
+    def set_max_concurrency(self, queue: str, value: int) -> None:
+        self._lambda.update_event_source_mapping(
+            UUID=self._uuid(queue), ScalingConfig={"MaximumConcurrency": check_max_concurrency(value)}
+        )
+
+    def _uuid(self, queue: str) -> str:
+        try:
+            return self._mappings[queue]
+        except KeyError:
+            raise LookupError(f"queue {queue!r} has no event source mapping in the stack's outputs") from None
+
+    def _resume_at(self, queue: str) -> datetime | None:
+        try:
+            schedule = self._scheduler.get_schedule(Name=self._schedules.name(queue), GroupName=self._schedules.group)
+        except self._scheduler.exceptions.ResourceNotFoundException:
+            return None
+        return _parse_timestamp(str(schedule["ScheduleExpression"])[len("at(") : -1])
+
+    def _delete_schedule(self, queue: str) -> None:
+        try:
+            self._scheduler.delete_schedule(Name=self._schedules.name(queue), GroupName=self._schedules.group)
+        except self._scheduler.exceptions.ResourceNotFoundException:
+            return
