@@ -272,8 +272,14 @@ def jobs_process(*argv: str, workdir: Path) -> Iterator[JobsProcess]:
 
 def run_jobs(*argv: str, workdir: Path, timeout_s: float = WAIT_S) -> "subprocess.CompletedProcess[str]":
     """Run ``jobs --topology <e2e> local <argv>`` in ``workdir`` to completion."""
+    return run_cli("local", *argv, workdir=workdir, timeout_s=timeout_s)
+
+
+def run_cli(*argv: str, workdir: Path, timeout_s: float = WAIT_S) -> "subprocess.CompletedProcess[str]":
+    """Run ``jobs --topology <e2e> <argv>`` in ``workdir`` to completion, as an operator's shell would."""
+    workdir.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
-        _jobs_command(argv),
+        [str(JOBS), "--topology", TOPOLOGY_SPEC, *argv],
         cwd=workdir,
         env=_child_environment(),
         stdin=subprocess.DEVNULL,

@@ -1,0 +1,185 @@
+"""DLQ entries as operators see them: the failure context the harness attached, and filters on it.
+
+A message that SQS itself moved (after maxReceiveCount receives: the worker crashed or timed
+out every time) carries none of the harness's attributes; its reason is ``receive_limit``.
+"""
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from conveyor import message_attributes as attrs
+from conveyor.declarations import Topology
+from conveyor.durations import parse_duration
+from conveyor.envelope import Envelope, parse_envelope
+from conveyor.errors import ContractError
+from conveyor.payloads import MASK, mask_values, sensitive_fields, sensitive_values
+from conveyor.reasons import Reason
+
+RECEIVE_LIMIT = "receive_limit"
+REASONS = (*(reason.value for reason in Reason), RECEIVE_LIMIT)
+MILLISECONDS = 1000
+
+
+def parse_time(text: str, *, now: datetime | None = None) -> datetime:
+    """An ISO 8601 time stamp (a naive one is UTC), or a duration ago: ``2h`` is two hours before now."""
+    try:
+        return (now or datetime.now(UTC)) - parse_duration(text.strip())
+    except ValueError:
+        pass
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as error:
+        raise ValueError(
+            f"time stamp {text!r}: expected ISO 8601 (2026-11-29T16:00:00Z) or a duration ago (90s, 15m, 2h, 1d)"
+        ) from error
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _attribute(message: Mapping[str, Any], name: str) -> str | None:
+    value = message.get("MessageAttributes", {}).get(name)
+    return value.get("StringValue") if value else None
+
+
+@dataclass(frozen=True)
+class DlqEntry:
+    message_id: str
+    receipt_handle: str
+    body: str
+    reason: str
+    job_id: str | None
+    job_type: str | None
+    error_class: str | None
+    error: str | None
+    attempts: int | None
+    first_failed_at: datetime | None
+    failed_at: datetime
+    group_id: str | None
+    envelope: Envelope | None
+
+    @classmethod
+    def of(cls, message: Mapping[str, Any]) -> "DlqEntry":
+        system = message.get("Attributes", {})
+        try:
+            envelope: Envelope | None = parse_envelope(message["Body"])
+        except ContractError:
+            envelope = None
+        failed = _attribute(message, attrs.LAST_FAILED_AT)
+        first = _attribute(message, attrs.FIRST_FAILED_AT)
+        attempts = _attribute(message, attrs.ATTEMPTS)
+        sent = datetime.fromtimestamp(int(system.get("SentTimestamp", 0)) / MILLISECONDS, tz=UTC)
+        return cls(
+            message_id=message["MessageId"],
+            receipt_handle=message["ReceiptHandle"],
+            body=message["Body"],
+            reason=_attribute(message, attrs.REASON) or RECEIVE_LIMIT,
+            job_id=_attribute(message, attrs.JOB_ID) or (envelope.id if envelope else None),
+            job_type=_attribute(message, attrs.JOB_TYPE) or (envelope.type if envelope else None),
+            error_class=_attribute(message, attrs.ERROR_CLASS),
+            error=_attribute(message, attrs.ERROR),
+            attempts=int(attempts) if attempts else None,
+            first_failed_at=parse_time(first) if first else None,
+            failed_at=parse_time(failed) if failed else sent,
+            group_id=system.get("MessageGroupId"),
+            envelope=envelope,
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """What `jobs dlq ls --json` prints per entry."""
+        return {
+            "job_id": self.job_id,
+            "job_type": self.job_type,
+            "reason": self.reason,
+            "error_class": self.error_class,
+            "error": self.error,
+            "attempts": self.attempts,
+            "first_failed_at": self.first_failed_at.isoformat() if self.first_failed_at else None,
+            "failed_at": self.failed_at.isoformat(),
+            "message_id": self.message_id,
+        }
+
+    def detail(self, topology: Topology) -> dict[str, Any]:
+        """Everything about the entry, with the payload's sensitive fields masked."""
+        envelope: Any
+        if self.envelope is None:
+            envelope = None
+            body = self.body
+        else:
+            envelope = json.loads(self.envelope.to_json())
+            envelope["data"] = masked_data(topology, self.envelope)
+            body = None
+        return {**self.summary(), "envelope": envelope, "body": body}
+
+
+def masked_data(topology: Topology, envelope: Envelope) -> dict[str, Any]:
+    """The payload with sensitive fields masked, by name and (for older versions) by value."""
+    try:
+        job_type = topology.job_type(envelope.type)
+    except ContractError:
+        return {name: MASK for name in envelope.data}  # no model says what is safe to show
+    names = sensitive_fields(job_type.model)
+    try:
+        current = job_type.load_payload(envelope.data, envelope.v).model_dump(mode="json")
+    except ContractError:
+        current = {}
+    values = sensitive_values(job_type.model, current)
+    return {
+        name: MASK if name in names else json.loads(mask_values(json.dumps(value), values))
+        for name, value in envelope.data.items()
+    }
+
+
+@dataclass(frozen=True)
+class DlqFilter:
+    reasons: frozenset[str] = frozenset()
+    job_types: frozenset[str] = frozenset()
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @classmethod
+    def build(
+        cls,
+        topology: Topology,
+        queue: str,
+        *,
+        reasons: tuple[str, ...] = (),
+        job_types: tuple[str, ...] = (),
+        since: str | None = None,
+        until: str | None = None,
+    ) -> "DlqFilter":
+        """Checked against the declarations: a typo must not silently match nothing."""
+        unknown = set(reasons) - set(REASONS)
+        if unknown:
+            raise ValueError(f"unknown reason {sorted(unknown)[0]!r}; one of: {', '.join(REASONS)}")
+        on_queue = {job.name for job in topology.job_types_on(queue)}
+        for name in job_types:
+            if name not in on_queue:
+                raise LookupError(f"job type {name!r} does not run on queue {queue!r} ({', '.join(sorted(on_queue))})")
+        built = cls(
+            reasons=frozenset(reasons),
+            job_types=frozenset(job_types),
+            since=parse_time(since) if since else None,
+            until=parse_time(until) if until else None,
+        )
+        if built.since and built.until and built.since >= built.until:
+            raise ValueError(f"--since {since} is not before --until {until}")
+        return built
+
+    def matches(self, entry: DlqEntry) -> bool:
+        return (
+            (not self.reasons or entry.reason in self.reasons)
+            and (not self.job_types or entry.job_type in self.job_types)
+            and (self.since is None or entry.failed_at >= self.since)
+            and (self.until is None or entry.failed_at < self.until)
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """For the audit row and the report."""
+        return {
+            "reasons": sorted(self.reasons),
+            "job_types": sorted(self.job_types),
+            "since": self.since.isoformat() if self.since else None,
+            "until": self.until.isoformat() if self.until else None,
+        }

@@ -1,0 +1,101 @@
+"""Read a DLQ without consuming it.
+
+SQS has no peek: a scan receives every message and holds it (its visibility timeout) so that
+no message is seen twice, then hands back what it did not delete. The hold is short and is
+renewed while an operation still works on the entries, so a scan that dies (kill -9) gives
+everything back within ``HOLD`` rather than hiding it for hours.
+
+A DLQ has no redrive policy, so the receives a scan adds are harmless. On a FIFO DLQ, a scan
+sees one entry per message group at a time (SQS holds the rest of a group behind it).
+"""
+
+import time
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from conveyor import limits
+from conveyor.ops.dlq_entries import DlqEntry
+
+HOLD = timedelta(minutes=2)
+# Renew held entries once this much of the hold has passed.
+RENEW_AFTER = HOLD / 2
+# At most this many entries per run: SQS limits in-flight messages (120,000 on a standard queue).
+MAX_SCAN = 20_000
+# Long polls that must come back empty before the DLQ counts as read to the end.
+EMPTY_RECEIVES_TO_END = 2
+RECEIVE_WAIT_S = 1
+
+
+class DlqScan:
+    """Entries held by this process; ``close()`` (or leaving the ``with``) returns what is left."""
+
+    def __init__(self, sqs: Any, url: str) -> None:
+        self._sqs = sqs
+        self._url = url
+        self.held: dict[str, DlqEntry] = {}
+        self.truncated = False
+        self._renewed = time.monotonic()
+
+    def __enter__(self) -> "DlqScan":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read_all(self) -> list[DlqEntry]:
+        """Receive and hold every entry (up to MAX_SCAN), in the order SQS returned them."""
+        empty = 0
+        while empty < EMPTY_RECEIVES_TO_END and len(self.held) < MAX_SCAN:
+            messages = self._sqs.receive_message(
+                QueueUrl=self._url,
+                MaxNumberOfMessages=min(limits.SQS_MAX_BATCH_ENTRIES, MAX_SCAN - len(self.held)),
+                WaitTimeSeconds=RECEIVE_WAIT_S,
+                VisibilityTimeout=int(HOLD.total_seconds()),
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["All"],
+            ).get("Messages", [])
+            empty = 0 if messages else empty + 1
+            for message in messages:
+                entry = DlqEntry.of(message)
+                self.held.setdefault(entry.message_id, entry)
+        self.truncated = len(self.held) >= MAX_SCAN
+        self._renewed = time.monotonic()
+        return list(self.held.values())
+
+    def delete(self, entry: DlqEntry) -> None:
+        self._sqs.delete_message(QueueUrl=self._url, ReceiptHandle=entry.receipt_handle)
+        del self.held[entry.message_id]
+
+    def release(self, entries: Iterable[DlqEntry]) -> None:
+        """Make entries visible again now."""
+        self._set_visibility([entry for entry in entries if entry.message_id in self.held], 0)
+        for entry in list(entries):
+            self.held.pop(entry.message_id, None)
+
+    def keep(self) -> None:
+        """Renew the hold on everything still held, if it is due: call this often in long loops."""
+        if time.monotonic() - self._renewed < RENEW_AFTER.total_seconds():
+            return
+        self._set_visibility(list(self.held.values()), int(HOLD.total_seconds()))
+        self._renewed = time.monotonic()
+
+    def close(self) -> None:
+        self.release(list(self.held.values()))
+
+    def _set_visibility(self, entries: list[DlqEntry], seconds: int) -> None:
+        for start in range(0, len(entries), limits.SQS_MAX_BATCH_ENTRIES):
+            chunk = entries[start : start + limits.SQS_MAX_BATCH_ENTRIES]
+            self._sqs.change_message_visibility_batch(
+                QueueUrl=self._url,
+                Entries=[
+                    {"Id": str(index), "ReceiptHandle": entry.receipt_handle, "VisibilityTimeout": seconds}
+                    for index, entry in enumerate(chunk)
+                ],
+            )
+
+
+def read_entries(sqs: Any, url: str) -> tuple[list[DlqEntry], bool]:
+    """Every entry, read and handed straight back (for listing), and whether MAX_SCAN cut the read short."""
+    with DlqScan(sqs, url) as scan:
+        return scan.read_all(), scan.truncated

@@ -1,0 +1,47 @@
+"""Pace a loop to at most N operations per second, so a redrive or backfill cannot flood a queue."""
+
+import math
+import time
+from collections.abc import Callable
+
+
+class RateLimiter:
+    """Spaces calls to ``wait`` at least ``1 / per_second`` apart; ``None`` means no limit."""
+
+    def __init__(
+        self,
+        per_second: float | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        # An infinite rate would silently mean "no limit" and NaN would never sleep: both are mistakes.
+        if per_second is not None and not (per_second > 0 and math.isfinite(per_second)):
+            raise ValueError(f"rate must be a finite number above 0 per second, not {per_second:g}")
+        self._interval = 1.0 / per_second if per_second else 0.0
+        self._clock = clock
+        self._sleep = sleep
+        self._next = clock()
+
+    def wait(self) -> None:
+        """Block until the next operation may start."""
+        if not self._interval:
+            return
+        now = self._clock()
+        if self._next > now:
+            self._sleep(self._next - now)
+            now = self._next
+        self._next = max(self._next, now) + self._interval
+
+
+def parse_rate(text: str) -> float:
+    """``"5/s"``, ``"5"``, ``"300/m"`` -> operations per second."""
+    number, _, unit = text.strip().partition("/")
+    per = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}.get(unit.strip())
+    try:
+        value = float(number)
+    except ValueError:
+        value = 0.0
+    if per is None or not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"rate {text!r}: expected a positive number per second, minute or hour, e.g. 5/s or 300/m")
+    return value / per

@@ -1,0 +1,168 @@
+"""Return DLQ entries to their queue: filtered, throttled, canaried, and safe to interrupt.
+
+Each entry is sent first and its DLQ copy deleted only once the send succeeded, so an
+interruption loses nothing; the body (and with it the job id) is unchanged, so an entry sent
+twice is absorbed by the worker's idempotency. The copy carries ``conveyor.redriven_at``,
+from which the job's max_wall_time counts afresh, and starts with a full retry budget.
+
+A canary sends the first N entries, then waits until each has completed (its idempotency
+record) or failed again (it is back in the DLQ); anything but all completed stops the run.
+"""
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from conveyor import message_attributes as attrs
+from conveyor.declarations import Topology
+from conveyor.errors import ContractError
+from conveyor.idempotency import IdempotentRunner
+from conveyor.ops.dlq_entries import DlqEntry, DlqFilter
+from conveyor.ops.dlq_scan import DlqScan, read_entries
+from conveyor.ops.rate import RateLimiter
+from conveyor.ops.target import QueueTarget
+
+SAMPLE_SIZE = 5
+CANARY_POLL = timedelta(seconds=2)
+DEFAULT_CANARY_TIMEOUT = timedelta(minutes=5)
+
+Runners = Callable[[str], IdempotentRunner]
+
+
+@dataclass
+class CanaryResult:
+    jobs: list[str]
+    completed: list[str] = field(default_factory=list)
+    failed_again: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return len(self.completed) == len(self.jobs)
+
+
+@dataclass
+class RedriveReport:
+    queue: str
+    redrive_id: str
+    filters: dict[str, Any]
+    dry_run: bool
+    scanned: int = 0
+    matched: int = 0
+    redriven: int = 0
+    send_failures: list[str] = field(default_factory=list)
+    truncated: bool = False
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    canary: CanaryResult | None = None
+    stopped: str | None = None
+
+
+@dataclass
+class Redrive:
+    sqs: Any
+    topology: Topology
+    queue: QueueTarget
+    runners: Runners
+    rate: RateLimiter
+    canary_timeout: timedelta = DEFAULT_CANARY_TIMEOUT
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    sleep: Callable[[float], None] = time.sleep
+
+    def run(self, selection: DlqFilter, *, limit: int | None, dry_run: bool, canary: int) -> RedriveReport:
+        report = RedriveReport(
+            queue=self.queue.name, redrive_id=uuid.uuid4().hex, filters=selection.describe(), dry_run=dry_run
+        )
+        with DlqScan(self.sqs, self.queue.dlq_url) as scan:
+            entries = scan.read_all()
+            matched = [entry for entry in entries if selection.matches(entry)][:limit]
+            scan.release(entry for entry in entries if entry not in matched)
+            report.scanned, report.matched, report.truncated = len(entries), len(matched), scan.truncated
+            report.samples = [entry.summary() for entry in matched[:SAMPLE_SIZE]]
+            if dry_run:
+                return report
+            started = self.clock()
+            first, rest = matched[:canary], matched[canary:]
+            self._send_all(scan, first, report)
+            if first:
+                report.canary = self._watch(
+                    scan, [entry for entry in first if entry.message_id not in report.send_failures], started
+                )
+                if not report.canary.passed:
+                    report.stopped = "canary failed again" if report.canary.failed_again else "canary did not finish"
+                    return report
+            self._send_all(scan, rest, report)
+        return report
+
+    def _send_all(self, scan: DlqScan, entries: list[DlqEntry], report: RedriveReport) -> None:
+        for entry in entries:
+            self.rate.wait()
+            scan.keep()
+            try:
+                self._send(entry, report.redrive_id)
+            except (BotoCoreError, ClientError) as error:  # the entry stays in the DLQ; the report says so
+                report.send_failures.append(f"{entry.message_id}: {error}")
+                continue
+            scan.delete(entry)
+            report.redriven += 1
+
+    def _send(self, entry: DlqEntry, redrive_id: str) -> None:
+        request: dict[str, Any] = {
+            "QueueUrl": self.queue.url,
+            "MessageBody": entry.body,
+            "MessageAttributes": {
+                attrs.REDRIVEN_AT: attrs.timestamp(self.clock()),
+                attrs.REDRIVE_ID: attrs.string(redrive_id),
+            },
+        }
+        if self.queue.fifo:
+            request["MessageGroupId"] = entry.group_id or entry.job_id or entry.message_id
+            # The DLQ copy's id: a repeat send within SQS's 5-minute window is dropped.
+            request["MessageDeduplicationId"] = entry.message_id
+        self.sqs.send_message(**request)
+
+    def _watch(self, scan: DlqScan, canaries: list[DlqEntry], started: datetime) -> CanaryResult:
+        """Wait until every canary completed, or one is back in the DLQ, or the timeout passes."""
+        result = CanaryResult(jobs=[entry.job_id or entry.message_id for entry in canaries])
+        keys = {entry.job_id or entry.message_id: self._key(entry) for entry in canaries}
+        deadline = time.monotonic() + self.canary_timeout.total_seconds()
+        while True:
+            scan.keep()
+            result.completed = [job for job, key in keys.items() if key is not None and key[0].completed(key[1])]
+            back, _ = read_entries(self.sqs, self.queue.dlq_url)
+            result.failed_again = sorted(
+                {entry.job_id for entry in back if entry.job_id in keys and entry.failed_at >= started}
+                - set(result.completed)
+            )
+            result.pending = [job for job in keys if job not in result.completed and job not in result.failed_again]
+            if result.failed_again or not result.pending or time.monotonic() >= deadline:
+                return result
+            self.sleep(CANARY_POLL.total_seconds())
+
+    def _key(self, entry: DlqEntry) -> tuple[IdempotentRunner, str] | None:
+        """The idempotency record that will say the job completed; None if the body is not a valid job."""
+        if entry.envelope is None:
+            return None
+        try:
+            job_type = self.topology.job_type(entry.envelope.type)
+            payload = job_type.load_payload(entry.envelope.data, entry.envelope.v)
+        except ContractError:
+            return None
+        key = job_type.idempotency_key_for(
+            job_id=entry.envelope.id, dedupe_key=entry.envelope.dedupe_key, payload=payload
+        )
+        return self.runners(job_type.name), key
+
+
+def discard(sqs: Any, queue: QueueTarget, selection: DlqFilter, *, limit: int | None) -> tuple[int, int, bool]:
+    """Delete matching entries: (scanned, deleted, truncated)."""
+    with DlqScan(sqs, queue.dlq_url) as scan:
+        entries = scan.read_all()
+        matched = [entry for entry in entries if selection.matches(entry)][:limit]
+        for entry in matched:
+            scan.delete(entry)
+        return len(entries), len(matched), scan.truncated

@@ -1,0 +1,128 @@
+"""DLQ entries as `jobs dlq` reads them: failure context, masking, filters and their errors."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from conveyor import message_attributes as attrs
+from conveyor.envelope import Envelope
+from conveyor.ops.dlq_entries import RECEIVE_LIMIT, DlqEntry, DlqFilter, parse_time
+from conveyor.payloads import MASK
+from conveyor.reasons import Reason
+from functions.topology import TOPOLOGY
+
+FAILED_AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+SENT_MS = 1_764_000_000_000
+
+
+def _webhook(body: str = "secret-token-123") -> Envelope:
+    return Envelope(
+        type="deliver_webhook",
+        v=1,
+        id="job-1",
+        created_at=FAILED_AT - timedelta(hours=1),
+        data={"url": "https://example.com/hook", "event_id": "evt-1", "body": body},
+    )
+
+
+def _message(body: str, attributes: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    return {
+        "MessageId": "m-1",
+        "ReceiptHandle": "r-1",
+        "Body": body,
+        "Attributes": {"SentTimestamp": str(SENT_MS)},
+        "MessageAttributes": attributes or {},
+    }
+
+
+def _dead_lettered(envelope: Envelope, reason: Reason = Reason.PERMANENT_ERROR) -> dict[str, Any]:
+    return _message(
+        envelope.to_json(),
+        {
+            attrs.REASON: attrs.string(reason.value),
+            attrs.ERROR_CLASS: attrs.string("PermanentError"),
+            attrs.ERROR: attrs.string("receiver answered 410"),
+            attrs.ATTEMPTS: attrs.number(1),
+            attrs.JOB_TYPE: attrs.string(envelope.type),
+            attrs.JOB_ID: attrs.string(envelope.id),
+            attrs.FIRST_FAILED_AT: attrs.timestamp(FAILED_AT),
+            attrs.LAST_FAILED_AT: attrs.timestamp(FAILED_AT),
+        },
+    )
+
+
+def test_entry_carries_the_failure_context_the_harness_attached() -> None:
+    entry = DlqEntry.of(_dead_lettered(_webhook()))
+    assert entry.summary() == {
+        "job_id": "job-1",
+        "job_type": "deliver_webhook",
+        "reason": "permanent_error",
+        "error_class": "PermanentError",
+        "error": "receiver answered 410",
+        "attempts": 1,
+        "first_failed_at": FAILED_AT.isoformat(),
+        "failed_at": FAILED_AT.isoformat(),
+        "message_id": "m-1",
+    }
+
+
+def test_entry_that_sqs_moved_itself_has_the_receive_limit_reason() -> None:
+    entry = DlqEntry.of(_message(_webhook().to_json()))
+    assert (entry.reason, entry.job_id, entry.job_type, entry.attempts) == (
+        RECEIVE_LIMIT,
+        "job-1",
+        "deliver_webhook",
+        None,
+    )
+    assert entry.failed_at == datetime.fromtimestamp(SENT_MS / 1000, tz=UTC)
+
+
+def test_detail_masks_sensitive_fields_and_keeps_the_rest() -> None:
+    detail = DlqEntry.of(_dead_lettered(_webhook())).detail(TOPOLOGY)
+    assert detail["envelope"]["data"] == {"url": "https://example.com/hook", "event_id": "evt-1", "body": MASK}
+    assert "secret-token-123" not in str(detail)
+
+
+def test_detail_of_an_unknown_type_masks_every_field() -> None:
+    envelope = Envelope(type="retired_job", v=1, id="j", created_at=FAILED_AT, data={"card": "4242"})
+    detail = DlqEntry.of(_message(envelope.to_json())).detail(TOPOLOGY)
+    assert detail["envelope"]["data"] == {"card": MASK}
+
+
+def test_detail_of_a_body_that_is_not_an_envelope_shows_the_body_unchanged() -> None:
+    detail = DlqEntry.of(_message("not json {")).detail(TOPOLOGY)
+    assert (detail["envelope"], detail["body"], detail["job_id"]) == (None, "not json {", None)
+
+
+def test_filter_matches_reason_type_and_time_window() -> None:
+    entry = DlqEntry.of(_dead_lettered(_webhook()))
+    build = DlqFilter.build
+    assert build(TOPOLOGY, "bulk").matches(entry)
+    assert build(TOPOLOGY, "bulk", reasons=("permanent_error",), job_types=("deliver_webhook",)).matches(entry)
+    assert not build(TOPOLOGY, "bulk", reasons=("invalid_json",)).matches(entry)
+    assert build(TOPOLOGY, "bulk", since="2026-11-29T12:00:00Z", until="2026-11-29T12:00:01Z").matches(entry)
+    assert not build(TOPOLOGY, "bulk", until="2026-11-29T12:00:00Z").matches(entry)
+    assert not build(TOPOLOGY, "bulk", since="2026-11-29T12:00:01").matches(entry)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"reasons": ("permanent",)}, ValueError, "unknown reason 'permanent'"),
+        ({"job_types": ("charge_order",)}, LookupError, "does not run on queue 'bulk'"),
+        ({"since": "last tuesday"}, ValueError, "expected ISO 8601"),
+        ({"since": "2h", "until": "3h"}, ValueError, "is not before"),
+    ],
+)
+def test_filter_rejects_what_would_silently_match_nothing(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        DlqFilter.build(TOPOLOGY, "bulk", **options)
+
+
+def test_relative_time_counts_back_from_now() -> None:
+    now = datetime(2026, 11, 29, 16, 0, tzinfo=UTC)
+    assert parse_time("90m", now=now) == now - timedelta(minutes=90)
+    assert parse_time("2026-11-29T10:00:00", now=now) == datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
