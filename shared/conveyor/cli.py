@@ -12,12 +12,16 @@ import boto3
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 
+from conveyor.cli_ops import COMMANDS
+from conveyor.cli_produce import backfill, enqueue
 from conveyor.cli_project import Project
 from conveyor.declarations import DeclarationError, Topology
 from conveyor.durations import format_duration, parse_duration
 from conveyor.loader import TOPOLOGY_ENV
 from conveyor.local.cli import local
 from conveyor.local.emf import RAW_VALUES_FILE
+from conveyor.ops.target import STACK_ENV
+from conveyor.outputs import STACK_NAME
 from conveyor.schema import envelope_schema
 from conveyor.stats import read_stats, render_stats
 from conveyor.tables import render_table
@@ -53,13 +57,27 @@ def _queue_rows(topology: Topology) -> list[dict[str, Any]]:
     metavar="MODULE:ATTR",
     help=f"Where the declarations live (default: ${TOPOLOGY_ENV} or functions.topology:TOPOLOGY).",
 )
+@click.option(
+    "--stack",
+    envvar=STACK_ENV,
+    default=None,
+    help=f"The deployed stack to operate (default: ${STACK_ENV} or {STACK_NAME}); unused with $AWS_ENDPOINT_URL.",
+)
 @click.pass_context
-def cli(ctx: click.Context, topology_spec: str | None) -> None:
-    """Operate Conveyor queues and jobs."""
-    ctx.obj = Project(topology_spec)
+def cli(ctx: click.Context, topology_spec: str | None, stack: str | None) -> None:
+    """Operate Conveyor queues and jobs.
+
+    Against AWS, resources are found through the stack's outputs; with AWS_ENDPOINT_URL set
+    (a `jobs local up`, say), through the declarations' fixed names on that endpoint.
+    """
+    ctx.obj = Project(topology_spec, stack)
 
 
 cli.add_command(local)
+for command in COMMANDS:
+    cli.add_command(command)
+cli.add_command(enqueue)
+cli.add_command(backfill)
 
 
 @cli.command()

@@ -8,6 +8,7 @@ duplicate, if it happens, is absorbed by the worker's idempotency).
 
 import math
 import random
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from pydantic import BaseModel
 from conveyor import limits, naming
 from conveyor.correlation import current_correlation
 from conveyor.declarations import JobType, RetryPolicy, Topology
-from conveyor.envelope import Correlation, Envelope, new_job_id
+from conveyor.envelope import MAX_ID_LENGTH, Correlation, Envelope, new_job_id
 from conveyor.errors import ContractError, EnqueueError, InvalidJobError
 from conveyor.loader import load_topology
 from conveyor.tracing import SYSTEM_ATTRIBUTE, current_trace_header
@@ -29,17 +30,26 @@ from conveyor.tracing import SYSTEM_ATTRIBUTE, current_trace_header
 # Entries SQS failed for its own reasons (throttling, internal errors) are sent again, up to
 # this many attempts in all, with the same full-jitter backoff jobs use.
 SEND_RETRY = RetryPolicy(max_attempts=5, base=timedelta(milliseconds=100), cap=timedelta(seconds=2))
+# A job id is also a FIFO queue's MessageDeduplicationId, so it keeps to that field's alphabet,
+# letters, digits and punctuation, and to the envelope's length limit:
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatchRequestEntry.html
+JOB_ID_PATTERN = re.compile(rf"[!-~]{{1,{MAX_ID_LENGTH}}}")
 
 
 @dataclass(frozen=True)
 class JobRequest:
-    """One job to enqueue: the job type (or its name), its payload and per-message options."""
+    """One job to enqueue: the job type (or its name), its payload and per-message options.
+
+    ``job_id`` is for callers that must send the same job again under the same id (a resumed
+    backfill), so the worker's idempotency absorbs the repeat; by default every job gets a new id.
+    """
 
     job: JobType[Any] | str
     payload: BaseModel | Mapping[str, Any]
     dedupe_key: str | None = None
     delay: timedelta | None = None
     group: str | None = None
+    job_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,7 @@ class JobClient:
         """Enqueue jobs in SendMessageBatch calls; ids come back in the order of ``requests``."""
         correlation = correlation or current_correlation()
         prepared = [self._prepare(index, request, correlation) for index, request in enumerate(requests)]
+        _reject_repeated_ids(prepared)
         accepted: set[str] = set()
         rejected: dict[str, str] = {}
         for queue in dict.fromkeys(item.queue for item in prepared):
@@ -112,7 +123,7 @@ class JobClient:
         where = f"job {index} ({job_type.name})"
         payload = self._payload(job_type, request.payload, where)
         queue = self._topology.queue(job_type.queue)
-        job_id = new_job_id()
+        job_id = new_job_id() if request.job_id is None else _checked_job_id(request.job_id, where)
         body = Envelope(
             type=job_type.name,
             v=job_type.version,
@@ -201,6 +212,21 @@ class JobClient:
             if not pending:
                 return
             self._sleep(SEND_RETRY.delay(attempt, self._rng).total_seconds())
+
+
+def _checked_job_id(job_id: str, where: str) -> str:
+    if not JOB_ID_PATTERN.fullmatch(job_id):
+        raise InvalidJobError(f"{where}: job_id must be 1 to {MAX_ID_LENGTH} letters, digits or punctuation marks")
+    return job_id
+
+
+def _reject_repeated_ids(prepared: Sequence[_Prepared]) -> None:
+    """Accepted and rejected jobs are reported by id, so ids must be unique within a call."""
+    first: dict[str, int] = {}
+    for index, item in enumerate(prepared):
+        if item.job_id in first:
+            raise InvalidJobError(f"job {index}: job_id {item.job_id!r} is also the id of job {first[item.job_id]}")
+        first[item.job_id] = index
 
 
 def _delay_seconds(delay: timedelta, where: str) -> int:

@@ -114,6 +114,25 @@ def test_delay_is_applied_per_message(aws: Aws, client: JobClient) -> None:
     assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"
 
 
+def test_a_callers_job_id_is_the_envelopes_id_and_the_one_returned(aws: Aws, client: JobClient) -> None:
+    requests = [
+        JobRequest(send_welcome_email, {"user_id": "u-1"}, job_id="backfill-7"),
+        JobRequest(send_welcome_email, {"user_id": "u-2"}),
+    ]
+    ids = client.enqueue_many(requests)
+    assert ids[0] == "backfill-7"
+    assert ids[1] != "backfill-7"
+    envelopes = [parse_envelope(message["Body"]) for message in drain(aws, "default")]
+    assert {envelope.data["user_id"]: envelope.id for envelope in envelopes} == {"u-1": "backfill-7", "u-2": ids[1]}
+
+
+def test_a_job_id_used_twice_in_one_call_is_refused_before_sending(aws: Aws, client: JobClient) -> None:
+    requests = [JobRequest(send_welcome_email, {"user_id": f"u-{i}"}, job_id="j-1") for i in range(2)]
+    with pytest.raises(InvalidJobError, match="job 1: job_id 'j-1' is also the id of job 0"):
+        client.enqueue_many(requests)
+    assert drain(aws, "default") == []
+
+
 def test_queue_urls_are_resolved_once(aws: Aws, client: JobClient) -> None:
     lookups: list[str] = []
     aws.sqs.meta.events.register(
@@ -146,6 +165,9 @@ def test_queue_urls_are_resolved_once(aws: Aws, client: JobClient) -> None:
             "delay must be between 0 and 900s",
         ),
         (JobRequest(send_welcome_email, {"user_id": "u"}, group="g"), "group= applies to FIFO queues"),
+        (JobRequest(send_welcome_email, {"user_id": "u"}, job_id=""), "job_id must be 1 to 128 letters, digits or"),
+        (JobRequest(send_welcome_email, {"user_id": "u"}, job_id="a b"), "job_id must be 1 to 128 letters"),
+        (JobRequest(send_welcome_email, {"user_id": "u"}, job_id="x" * 129), "job_id must be 1 to 128 letters"),
     ],
 )
 def test_misuse_fails_before_anything_is_sent(aws: Aws, client: JobClient, request_: JobRequest, message: str) -> None:
