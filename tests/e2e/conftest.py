@@ -26,9 +26,9 @@ import pytest
 
 from conveyor import naming
 from conveyor.local.demo import Observed, QueueDepth, queue_depth
-from conveyor.local.embedded import LOOPBACK, EmbeddedAws, free_port
+from conveyor.local.embedded import LOOPBACK, REGION, EmbeddedAws, free_port
 from conveyor.local.provision import Provisioned, provision
-from conveyor.local.runtime import REGION, LocalRuntime, local_environment
+from conveyor.local.runtime import LocalRuntime, local_environment
 from conveyor.producer import JobClient, JobRequest
 from functions.providers.effects import EFFECTS_TABLE, KEY_ATTRIBUTE, Effect, EffectsLedger
 from tests.fixtures.e2e_topology import QUEUE, TOPOLOGY

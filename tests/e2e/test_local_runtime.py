@@ -20,8 +20,7 @@ from conveyor import message_attributes as attrs
 from conveyor import naming
 from conveyor.envelope import Envelope, new_job_id
 from conveyor.local.demo import queue_depth
-from conveyor.local.embedded import LOOPBACK, free_port
-from conveyor.local.runtime import REGION
+from conveyor.local.embedded import LOOPBACK, REGION, free_port
 from conveyor.outcomes import Kind
 from conveyor.producer import JobClient, JobRequest
 from conveyor.reasons import Reason

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conveyor.cli_support import EXIT_INCOMPLETE, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_USAGE
+from conveyor.cli_support import EXIT_INCOMPLETE, EXIT_NO_CREDENTIALS, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_USAGE
 from conveyor.envelope import Envelope, new_job_id
 from conveyor.local.embedded import free_port
 from conveyor.ops.dlq_entries import DlqFilter
@@ -308,3 +308,13 @@ def test_unreachable_endpoint_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     assert "cannot reach" in one_line_error(cli(tmp_path, "status"), EXIT_UNREACHABLE)
+
+
+def test_missing_credentials_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Against AWS (no endpoint set) with no credentials anywhere: the SDK fails before any request leaves."""
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert "no AWS credentials" in one_line_error(cli(tmp_path, "status"), EXIT_NO_CREDENTIALS)

@@ -4,10 +4,16 @@ import logging
 import socket
 from typing import Any
 
+import boto3
+
 from conveyor.errors import ConveyorError
+from conveyor.local.sqs_metrics import SqsMetricsPublisher
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 4566
+REGION = "us-east-1"
+# Credentials for the embedded endpoint only; real ones are never needed or sent.
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
 
 
 class LocalRuntimeError(ConveyorError):
@@ -36,6 +42,7 @@ class EmbeddedAws:
     def __init__(self, port: int = DEFAULT_PORT) -> None:
         self.port = port
         self._server: Any = None
+        self._metrics: SqsMetricsPublisher | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -54,8 +61,24 @@ class EmbeddedAws:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         self._server = ThreadedMotoServer(ip_address=LOOPBACK, port=self.port, verbose=False)
         self._server.start()
+        self._metrics = SqsMetricsPublisher(self.client("cloudwatch"))
+        self._metrics.start()
+
+    def client(self, service: str) -> Any:
+        """A client for this endpoint, whatever the process's own AWS configuration says."""
+        return boto3.client(  # type: ignore[call-overload]
+            service,
+            endpoint_url=self.endpoint_url,
+            region_name=REGION,
+            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=LOCAL_CREDENTIALS["AWS_SESSION_TOKEN"],
+        )
 
     def stop(self) -> None:
+        if self._metrics is not None:
+            self._metrics.stop()
+            self._metrics = None
         if self._server is not None:
             self._server.stop()
             self._server = None

@@ -18,7 +18,7 @@ import boto3
 from conveyor import naming
 from conveyor.declarations import Topology
 from conveyor.harness import Harness
-from conveyor.local.embedded import LocalRuntimeError
+from conveyor.local.embedded import LOCAL_CREDENTIALS, REGION, LocalRuntimeError
 from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
 from conveyor.local.event_source import QueuePoller
 from conveyor.local.provision import Provisioned, provision
@@ -26,10 +26,6 @@ from conveyor.metrics import JobMetrics
 from conveyor.ops.event_sources import LocalEventSources
 from conveyor.outcomes import Observer, fan_out, ignore
 from conveyor.worker import Worker
-
-REGION = "us-east-1"
-# Credentials for the embedded endpoint only; real ones are never needed or sent.
-LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
 
 
 def local_environment(endpoint_url: str) -> dict[str, str]:
