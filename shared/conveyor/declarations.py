@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from conveyor import limits
+from conveyor import limits, naming
 from conveyor.durations import format_duration
 from conveyor.envelope import summarize_validation_error
 from conveyor.errors import ContractError
@@ -116,6 +116,7 @@ class Queue:
 
     def __post_init__(self) -> None:
         where = f"queue {self.name!r}"
+        _require(self.name not in naming.OWN_QUEUES, where, "the name is reserved for one of Conveyor's own queues")
         _require(
             0 < self.max_retry_rate < 1, where, f"max_retry_rate must lie between 0 and 1, got {self.max_retry_rate}"
         )
@@ -220,8 +221,6 @@ class Queue:
         return self.function_timeout * limits.VISIBILITY_TO_TIMEOUT_RATIO
 
 
-# Conveyor's own table uses this name; a declared table may not.
-RESERVED_TABLE_NAMES = frozenset({"idempotency"})
 ATTRIBUTE_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,254}$")
 
 
@@ -240,13 +239,39 @@ class Table:
     def __post_init__(self) -> None:
         where = f"table {self.name!r}"
         _require(bool(QUEUE_NAME_PATTERN.match(self.name)), where, f"name must match {QUEUE_NAME_PATTERN.pattern}")
-        _require(self.name not in RESERVED_TABLE_NAMES, where, "the name is reserved for Conveyor's own table")
+        _require(self.name not in naming.OWN_TABLES, where, "the name is reserved for one of Conveyor's own tables")
         for attribute in (self.key, self.ttl_attribute):
             _require(
                 attribute is None or bool(ATTRIBUTE_NAME_PATTERN.match(attribute)),
                 where,
                 f"attribute name {attribute!r} is not a valid DynamoDB attribute name",
             )
+
+
+# A new item as a stream record carries it, deserialized: numbers are Decimal, sets are sets.
+StreamImage = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StreamRule:
+    """Every new item of a declared table that ``when`` accepts becomes a job of type ``job``.
+
+    For producers that only write domain rows: ``StreamRule("charge-new-orders", table="orders",
+    job="charge_order", when=lambda item: item["status"] == "NEW", payload=lambda item: {...})``.
+    The table's stream feeds the same relay as the outbox, with the same guarantees; only
+    inserts count, so an update never enqueues a job twice.
+    """
+
+    name: str
+    table: str
+    job: str
+    when: Callable[[StreamImage], bool]
+    payload: Callable[[StreamImage], Mapping[str, Any]]
+
+    def __post_init__(self) -> None:
+        where = f"stream rule {self.name!r}"
+        _require(bool(QUEUE_NAME_PATTERN.match(self.name)), where, f"name must match {QUEUE_NAME_PATTERN.pattern}")
+        _require(callable(self.when) and callable(self.payload), where, "when and payload must be callables")
 
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -403,6 +428,7 @@ class Topology:
     queues: tuple[Queue, ...]
     job_types: tuple[JobType[Any], ...] = ()
     tables: tuple[Table, ...] = ()
+    stream_rules: tuple[StreamRule, ...] = ()
 
     def __post_init__(self) -> None:
         _require(bool(self.queues), "topology", "declare at least one queue")
@@ -429,6 +455,29 @@ class Topology:
                 f"retry.max_wall_time exceeds the retention of queue {queue.name!r} "
                 f"({format_duration(queue.retention)}); messages would expire before their last attempt",
             )
+
+        self._check_stream_rules()
+
+    def _check_stream_rules(self) -> None:
+        _reject_duplicates("stream rule", (r.name for r in self.stream_rules))
+        tables = {t.name for t in self.tables}
+        jobs = {j.name for j in self.job_types}
+        for rule in self.stream_rules:
+            where = f"stream rule {rule.name!r}"
+            _require(
+                rule.table in tables,
+                where,
+                f"table {rule.table!r} is not declared (declared: {', '.join(sorted(tables)) or 'none'})",
+            )
+            _require(rule.job in jobs, where, f"job type {rule.job!r} is not declared")
+
+    def streamed_tables(self) -> tuple[Table, ...]:
+        """The declared tables some stream rule reads: their streams are enabled and relayed."""
+        read = {rule.table for rule in self.stream_rules}
+        return tuple(table for table in self.tables if table.name in read)
+
+    def rules_for(self, table: str) -> tuple[StreamRule, ...]:
+        return tuple(rule for rule in self.stream_rules if rule.table == table)
 
     def queue(self, name: str) -> Queue:
         for queue in self.queues:

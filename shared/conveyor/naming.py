@@ -31,7 +31,15 @@ def table_name(table: str, *, prefix: str | None = None) -> str:
     return f"{prefix or current_prefix()}-{table}"
 
 
+# Conveyor's own tables and queues, beside the declared ones: a declaration may not take these names.
 IDEMPOTENCY_TABLE = "idempotency"
+OUTBOX_TABLE = "outbox"
+AUDIT_TABLE = "ops-audit"
+LOCAL_EVENT_SOURCES_TABLE = "local-event-sources"
+OWN_TABLES = frozenset({IDEMPOTENCY_TABLE, OUTBOX_TABLE, AUDIT_TABLE, LOCAL_EVENT_SOURCES_TABLE})
+# The relay DLQ is "<prefix>-relay-dlq", which a queue named "relay" would also claim for its DLQ.
+RELAY_DLQ = "relay-dlq"
+OWN_QUEUES = frozenset({"relay"})
 
 
 def table_env(table: str) -> str:

@@ -53,7 +53,9 @@ class JobRequest:
 
 
 @dataclass(frozen=True)
-class _Prepared:
+class PreparedJob:
+    """A validated job, ready to send: ``entry`` is its SendMessageBatch entry, body included."""
+
     job_id: str
     queue: str
     entry: dict[str, Any]
@@ -101,7 +103,7 @@ class JobClient:
     def enqueue_many(self, requests: Iterable[JobRequest], *, correlation: Correlation | None = None) -> list[str]:
         """Enqueue jobs in SendMessageBatch calls; ids come back in the order of ``requests``."""
         correlation = correlation or current_correlation()
-        prepared = [self._prepare(index, request, correlation) for index, request in enumerate(requests)]
+        prepared = [self.prepare(index, request, correlation) for index, request in enumerate(requests)]
         _reject_repeated_ids(prepared)
         accepted: set[str] = set()
         rejected: dict[str, str] = {}
@@ -118,7 +120,12 @@ class JobClient:
             )
         return ids
 
-    def _prepare(self, index: int, request: JobRequest, correlation: Correlation) -> _Prepared:
+    def prepare(self, index: int, request: JobRequest, correlation: Correlation) -> PreparedJob:
+        """Validate one job and build its SendMessageBatch entry (body = the envelope): no call is made.
+
+        Every path that turns a request into a message (enqueue, the outbox, the stream relay)
+        goes through here, so all of them validate and shape jobs alike.
+        """
         job_type = self._job_type(request.job)
         where = f"job {index} ({job_type.name})"
         payload = self._payload(job_type, request.payload, where)
@@ -155,7 +162,7 @@ class JobClient:
                 raise InvalidJobError(f"{where}: group= applies to FIFO queues; {queue.name!r} is standard")
             if request.delay:
                 entry["DelaySeconds"] = _delay_seconds(request.delay, where)
-        return _Prepared(job_id=job_id, queue=queue.name, entry=entry, size=size)
+        return PreparedJob(job_id=job_id, queue=queue.name, entry=entry, size=size)
 
     def _job_type(self, job: JobType[Any] | str) -> JobType[Any]:
         name = job if isinstance(job, str) else job.name
@@ -189,7 +196,7 @@ class JobClient:
             self._queue_urls[queue] = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
         return self._queue_urls[queue]
 
-    def _send_chunk(self, queue: str, chunk: list[_Prepared], accepted: set[str], rejected: dict[str, str]) -> None:
+    def _send_chunk(self, queue: str, chunk: list[PreparedJob], accepted: set[str], rejected: dict[str, str]) -> None:
         """Send one batch; re-send only the entries SQS failed without blaming the sender."""
         pending = {item.entry["Id"]: item for item in chunk}
         for attempt in range(1, SEND_RETRY.max_attempts + 1):
@@ -220,7 +227,7 @@ def _checked_job_id(job_id: str, where: str) -> str:
     return job_id
 
 
-def _reject_repeated_ids(prepared: Sequence[_Prepared]) -> None:
+def _reject_repeated_ids(prepared: Sequence[PreparedJob]) -> None:
     """Accepted and rejected jobs are reported by id, so ids must be unique within a call."""
     first: dict[str, int] = {}
     for index, item in enumerate(prepared):
@@ -238,9 +245,9 @@ def _delay_seconds(delay: timedelta, where: str) -> int:
     return math.ceil(delay.total_seconds())
 
 
-def _chunks(items: Sequence[_Prepared]) -> Iterable[list[_Prepared]]:
+def _chunks(items: Sequence[PreparedJob]) -> Iterable[list[PreparedJob]]:
     """Batches of at most 10 entries and 1 MiB, the SendMessageBatch limits."""
-    chunk: list[_Prepared] = []
+    chunk: list[PreparedJob] = []
     size = 0
     for item in items:
         if chunk and (len(chunk) == limits.SQS_MAX_BATCH_ENTRIES or size + item.size > limits.SQS_MAX_BATCH_BYTES):

@@ -11,8 +11,12 @@ from typing import Any
 from conveyor import limits, naming
 from conveyor.declarations import Queue, Topology
 from conveyor.idempotency import RECORD_KEY, RECORD_TTL
-from conveyor.ops.audit import AUDIT_KEY, AUDIT_TABLE, AUDIT_TTL
-from conveyor.ops.event_sources import LOCAL_EVENT_SOURCES_KEY, LOCAL_EVENT_SOURCES_TABLE, LocalEventSources
+from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
+from conveyor.ops.event_sources import LOCAL_EVENT_SOURCES_KEY, LocalEventSources
+from conveyor.outbox import EXPIRES_AT as OUTBOX_TTL
+from conveyor.outbox import KEY as OUTBOX_KEY
+from conveyor.outbox import OUTBOX_TABLE_ENV
+from conveyor.relay_settings import OUTBOX_SOURCE, RelaySettings
 from conveyor.settings import WorkerSettings
 
 
@@ -33,6 +37,10 @@ class Provisioned:
     tables: dict[str, str]
     audit_table: str
     event_sources_table: str
+    outbox_table: str
+    relay_dlq_url: str
+    # Relay source (OUTBOX_SOURCE or a streamed table's declared name) -> its stream's ARN.
+    streams: dict[str, str]
 
     def worker_settings(self, queue: str) -> WorkerSettings:
         provisioned = self.queues[queue]
@@ -44,7 +52,17 @@ class Provisioned:
         )
 
     def table_environment(self) -> dict[str, str]:
-        return {naming.table_env(name): physical for name, physical in self.tables.items()}
+        """What the stack gives workers and producers: declared tables' names, and the outbox's."""
+        environment = {naming.table_env(name): physical for name, physical in self.tables.items()}
+        environment[OUTBOX_TABLE_ENV] = self.outbox_table
+        return environment
+
+    def relay_settings(self, source: str) -> RelaySettings:
+        return RelaySettings(
+            source=source,
+            dlq_url=self.relay_dlq_url,
+            queue_urls={name: queue.url for name, queue in self.queues.items()},
+        )
 
 
 def queue_attributes(queue: Queue, *, max_receive_count: int, dlq_arn: str) -> dict[str, str]:
@@ -105,12 +123,28 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
     idempotency = naming.table_name(naming.IDEMPOTENCY_TABLE, prefix=prefix)
     _create_table(dynamodb, idempotency, key=RECORD_KEY, ttl_attribute=RECORD_TTL)
     tables = {}
+    streamed = {table.name for table in topology.streamed_tables()}
+    streams = {}
     for table in topology.tables:
         tables[table.name] = naming.table_name(table.name, prefix=prefix)
-        _create_table(dynamodb, tables[table.name], key=table.key, ttl_attribute=table.ttl_attribute)
-    audit = naming.table_name(AUDIT_TABLE, prefix=prefix)
+        _create_table(
+            dynamodb,
+            tables[table.name],
+            key=table.key,
+            ttl_attribute=table.ttl_attribute,
+            stream=table.name in streamed,
+        )
+        if table.name in streamed:
+            streams[table.name] = _stream_arn(dynamodb, tables[table.name])
+    outbox = naming.table_name(naming.OUTBOX_TABLE, prefix=prefix)
+    _create_table(dynamodb, outbox, key=OUTBOX_KEY, ttl_attribute=OUTBOX_TTL, stream=True)
+    streams[OUTBOX_SOURCE] = _stream_arn(dynamodb, outbox)
+    relay_dlq_url = sqs.create_queue(
+        QueueName=naming.queue_name(naming.RELAY_DLQ, prefix=prefix), Attributes=relay_dlq_attributes()
+    )["QueueUrl"]
+    audit = naming.table_name(naming.AUDIT_TABLE, prefix=prefix)
     _create_table(dynamodb, audit, key=AUDIT_KEY, ttl_attribute=AUDIT_TTL)
-    event_sources = naming.table_name(LOCAL_EVENT_SOURCES_TABLE, prefix=prefix)
+    event_sources = naming.table_name(naming.LOCAL_EVENT_SOURCES_TABLE, prefix=prefix)
     _create_table(dynamodb, event_sources, key=LOCAL_EVENT_SOURCES_KEY, ttl_attribute=None)
     LocalEventSources(dynamodb, event_sources).seed(topology)
     return Provisioned(
@@ -119,6 +153,9 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
         tables=tables,
         audit_table=audit,
         event_sources_table=event_sources,
+        outbox_table=outbox,
+        relay_dlq_url=relay_dlq_url,
+        streams=streams,
     )
 
 
@@ -126,14 +163,30 @@ def _arn(sqs: Any, url: str) -> str:
     return str(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
 
 
-def _create_table(dynamodb: Any, name: str, *, key: str, ttl_attribute: str | None) -> None:
+def relay_dlq_attributes() -> dict[str, str]:
+    """The relay DLQ's attributes: poison stream records wait there as long as SQS allows."""
+    return {
+        "MessageRetentionPeriod": str(int(limits.SQS_MAX_RETENTION.total_seconds())),
+        "SqsManagedSseEnabled": "true",
+    }
+
+
+def _stream_arn(dynamodb: Any, table: str) -> str:
+    return str(dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"])
+
+
+def _create_table(dynamodb: Any, name: str, *, key: str, ttl_attribute: str | None, stream: bool = False) -> None:
+    """A table keyed by one string attribute; ``stream`` enables a NEW_IMAGE stream, as the relays read."""
+    request: dict[str, Any] = {
+        "TableName": name,
+        "KeySchema": [{"AttributeName": key, "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": key, "AttributeType": "S"}],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    if stream:
+        request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"}
     try:
-        dynamodb.create_table(
-            TableName=name,
-            KeySchema=[{"AttributeName": key, "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        dynamodb.create_table(**request)
     except dynamodb.exceptions.ResourceInUseException:
         return
     if ttl_attribute:

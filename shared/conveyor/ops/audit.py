@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-AUDIT_TABLE = "ops-audit"
 AUDIT_KEY = "id"
 AUDIT_TTL = "expires_at"
 # Long enough to answer "what happened last year" in a post-mortem.

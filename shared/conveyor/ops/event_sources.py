@@ -16,7 +16,6 @@ from typing import Any, Protocol
 from conveyor import limits
 from conveyor.declarations import Topology
 
-LOCAL_EVENT_SOURCES_TABLE = "local-event-sources"
 LOCAL_EVENT_SOURCES_KEY = "queue"
 # The universal target through which a one-time schedule calls UpdateEventSourceMapping.
 RESUME_TARGET_ARN = "arn:aws:scheduler:::aws-sdk:lambda:updateEventSourceMapping"

@@ -16,9 +16,8 @@ import boto3
 from conveyor import naming, outputs
 from conveyor.declarations import Topology
 from conveyor.idempotency import IdempotentRunner
-from conveyor.ops.audit import AUDIT_TABLE, AuditLog
+from conveyor.ops.audit import AuditLog
 from conveyor.ops.event_sources import (
-    LOCAL_EVENT_SOURCES_TABLE,
     EventSources,
     LambdaEventSources,
     LocalEventSources,
@@ -99,9 +98,9 @@ def local_target(topology: Topology, clients: Clients) -> Target:
     return Target(
         kind="local",
         queues=queues,
-        audit_table=naming.table_name(AUDIT_TABLE),
+        audit_table=naming.table_name(naming.AUDIT_TABLE),
         idempotency_table=naming.table_name(naming.IDEMPOTENCY_TABLE),
-        event_sources=LocalEventSources(clients("dynamodb"), naming.table_name(LOCAL_EVENT_SOURCES_TABLE)),
+        event_sources=LocalEventSources(clients("dynamodb"), naming.table_name(naming.LOCAL_EVENT_SOURCES_TABLE)),
         clients=clients,
     )
 
