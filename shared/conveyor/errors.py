@@ -52,3 +52,21 @@ class ContractError(ConveyorError, ValueError):
     def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class TransactionCanceledError(ConveyorError):
+    """DynamoDB canceled a ``JobClient.transact`` call, so none of it was written: no row, no job.
+
+    ``failed_writes`` maps indexes into ``writes``, and ``failed_jobs`` job ids, to DynamoDB's
+    cancellation codes. A ``TransactionConflict`` or a throttle is worth retrying; a failed
+    condition is not, and raises the subclass ``TransactionConditionError``.
+    """
+
+    def __init__(self, message: str, *, failed_writes: dict[int, str], failed_jobs: dict[str, str]) -> None:
+        super().__init__(message)
+        self.failed_writes = failed_writes
+        self.failed_jobs = failed_jobs
+
+
+class TransactionConditionError(TransactionCanceledError):
+    """A condition of the transaction failed: a write's own, or a job id already in the outbox."""

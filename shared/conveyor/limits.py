@@ -36,3 +36,10 @@ MIN_MAX_RECEIVE_COUNT = 5
 LAMBDA_MAX_TIMEOUT = timedelta(minutes=15)
 LAMBDA_MIN_MEMORY_MB = 128
 LAMBDA_MAX_MEMORY_MB = 10_240
+
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+DYNAMODB_MAX_TRANSACT_ITEMS = 100
+# "4 MB" of items in all; DynamoDB's units are binary (an item's 400 KB is 409,600 bytes).
+DYNAMODB_MAX_TRANSACT_BYTES = 4 * 1024 * 1024
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html
+DYNAMODB_MAX_ITEM_BYTES = 400 * 1024

@@ -7,12 +7,14 @@ duplicate, if it happens, is absorbed by the worker's idempotency).
 """
 
 import math
+import os
 import random
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 import boto3
@@ -25,7 +27,9 @@ from conveyor.declarations import JobType, RetryPolicy, Topology
 from conveyor.envelope import MAX_ID_LENGTH, Correlation, Envelope, new_job_id
 from conveyor.errors import ContractError, EnqueueError, InvalidJobError
 from conveyor.loader import load_topology
+from conveyor.outbox import OUTBOX_TABLE_ENV
 from conveyor.tracing import SYSTEM_ATTRIBUTE, current_trace_header
+from conveyor.transact import OutboxWriter
 
 # Entries SQS failed for its own reasons (throttling, internal errors) are sent again, up to
 # this many attempts in all, with the same full-jitter backoff jobs use.
@@ -68,12 +72,18 @@ class JobClient:
         topology: Topology | None = None,
         *,
         sqs_client: Any = None,
+        dynamodb_client: Any = None,
+        outbox_table: str | None = None,
         prefix: str | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._topology = topology or load_topology()
         self._sqs = sqs_client
+        self._dynamodb = dynamodb_client
+        self._outbox_table = (
+            outbox_table or os.environ.get(OUTBOX_TABLE_ENV) or naming.table_name(naming.OUTBOX_TABLE, prefix=prefix)
+        )
         self._prefix = prefix
         self._rng = rng or random.Random()  # noqa: S311 - backoff jitter, not cryptography
         self._sleep = sleep
@@ -84,6 +94,16 @@ class JobClient:
         if self._sqs is None:
             self._sqs = boto3.client("sqs")
         return self._sqs
+
+    @property
+    def dynamodb(self) -> Any:
+        if self._dynamodb is None:
+            self._dynamodb = boto3.client("dynamodb")
+        return self._dynamodb
+
+    @cached_property
+    def _outbox(self) -> OutboxWriter:
+        return OutboxWriter(self.dynamodb, self._outbox_table)
 
     def enqueue(
         self,
@@ -108,7 +128,7 @@ class JobClient:
         accepted: set[str] = set()
         rejected: dict[str, str] = {}
         for queue in dict.fromkeys(item.queue for item in prepared):
-            for chunk in _chunks([item for item in prepared if item.queue == queue]):
+            for chunk in chunks([item for item in prepared if item.queue == queue]):
                 self._send_chunk(queue, chunk, accepted, rejected)
         ids = [item.job_id for item in prepared]
         if rejected:
@@ -119,6 +139,24 @@ class JobClient:
                 rejected=rejected,
             )
         return ids
+
+    def transact(
+        self,
+        writes: Sequence[Mapping[str, Any]],
+        jobs: Sequence[JobRequest],
+        *,
+        correlation: Correlation | None = None,
+    ) -> list[str]:
+        """Commit ``writes`` (TransactWriteItems actions on any table) and ``jobs`` in one transaction.
+
+        Each job is an outbox item that the relay sends on, so a job exists if and only if the
+        writes committed. Ids come back in the order of ``jobs``; docs/outbox.md has the limits
+        and the errors.
+        """
+        correlation = correlation or current_correlation()
+        prepared = [self.prepare(index, request, correlation) for index, request in enumerate(jobs)]
+        _reject_repeated_ids(prepared)
+        return self._outbox.transact(writes, prepared)
 
     def prepare(self, index: int, request: JobRequest, correlation: Correlation) -> PreparedJob:
         """Validate one job and build its SendMessageBatch entry (body = the envelope): no call is made.
@@ -245,8 +283,8 @@ def _delay_seconds(delay: timedelta, where: str) -> int:
     return math.ceil(delay.total_seconds())
 
 
-def _chunks(items: Sequence[PreparedJob]) -> Iterable[list[PreparedJob]]:
-    """Batches of at most 10 entries and 1 MiB, the SendMessageBatch limits."""
+def chunks(items: Sequence[PreparedJob]) -> Iterable[list[PreparedJob]]:
+    """Batches of at most 10 entries and 1 MiB, the SendMessageBatch limits (the relay sends in them too)."""
     chunk: list[PreparedJob] = []
     size = 0
     for item in items:
