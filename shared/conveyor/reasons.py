@@ -13,3 +13,14 @@ class Reason(StrEnum):
     PERMANENT_ERROR = "permanent_error"
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
     DEADLINE_EXCEEDED = "deadline_exceeded"
+    # Why the stream relay dead-lettered a record (the relay DLQ holds the whole record).
+    INVALID_OUTBOX_ITEM = "invalid_outbox_item"
+    UNKNOWN_QUEUE = "unknown_queue"
+    WRONG_QUEUE = "wrong_queue"
+    STREAM_RULE_FAILED = "stream_rule_failed"
+
+
+# Reasons only the relay gives: a job queue's DLQ never holds them.
+RELAY_ONLY = frozenset(
+    {Reason.INVALID_OUTBOX_ITEM, Reason.UNKNOWN_QUEUE, Reason.WRONG_QUEUE, Reason.STREAM_RULE_FAILED}
+)

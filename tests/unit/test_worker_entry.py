@@ -1,5 +1,6 @@
-"""The Lambda entry point: settings from the environment, a partial batch response out."""
+"""The Lambda entry points: settings from the environment, a partial batch response out."""
 
+import importlib
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -54,22 +55,23 @@ def test_handler_without_its_environment_names_what_is_missing(monkeypatch: pyte
         make_handler(TOPOLOGY)(sqs_event(sqs_record("x")), lambda_context())
 
 
-def test_the_shipped_entry_point_loads_the_project_topology() -> None:
-    from functions import worker
-
-    assert callable(worker.handler)
+ENTRY_POINTS = ["functions.worker", "functions.relay"]
 
 
-def test_the_entry_point_imports_only_what_lambda_has() -> None:
+@pytest.mark.parametrize("module", ENTRY_POINTS)
+def test_the_shipped_entry_point_loads_the_project_topology(module: str) -> None:
+    assert callable(importlib.import_module(module).handler)
+
+
+@pytest.mark.parametrize("module", ENTRY_POINTS)
+def test_the_entry_point_imports_only_what_lambda_has(module: str) -> None:
     """Lambda has the Powertools layer (with pydantic) and boto3; nothing from the dev or deploy tools."""
     import subprocess
     import sys
     from pathlib import Path
 
     unavailable = ["click", "moto", "aws_cdk", "cdk_nag", "constructs", "jsonschema", "werkzeug", "flask"]
-    probe = (
-        f"import sys, functions.worker; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({unavailable!r})))"
-    )
+    probe = f"import sys, {module}; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({unavailable!r})))"
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
