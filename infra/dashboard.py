@@ -1,9 +1,14 @@
-"""The one CloudWatch dashboard: a block of rows per queue, from each queue's monitoring."""
+"""The one CloudWatch dashboard: a block of rows per queue, from each queue's monitoring, then the relays."""
+
+from collections.abc import Sequence
 
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.queue_monitoring import QueueMonitoring
+from infra.job_metrics import PERIOD
+from infra.outbox_relay import ITERATOR_AGE_THRESHOLD, MILLISECONDS, OutboxRelay
+from infra.queue_monitoring import WIDGET_WIDTH, QueueMonitoring
 
 
 class JobsDashboard(Construct):
@@ -14,3 +19,26 @@ class JobsDashboard(Construct):
     def add_queue(self, monitoring: QueueMonitoring) -> None:
         for row in monitoring.widgets():
             self.dashboard.add_widgets(*row)
+
+    def add_relays(self, relays: Sequence[OutboxRelay], dlq: sqs.IQueue) -> None:
+        """One row for every stream relay: how far behind each is, its errors, and the relay DLQ."""
+        self.dashboard.add_widgets(cloudwatch.TextWidget(markdown="## Stream relays", width=3 * WIDGET_WIDTH, height=1))
+        threshold_ms = ITERATOR_AGE_THRESHOLD.total_seconds() * MILLISECONDS
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="relays: iterator age (ms)",
+                left=[relay.iterator_age().with_(label=relay.source) for relay in relays],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=threshold_ms, label="alarm")],
+                width=WIDGET_WIDTH,
+            ),
+            cloudwatch.GraphWidget(
+                title="relays: errors",
+                left=[relay.function.metric_errors(period=PERIOD, label=relay.source) for relay in relays],
+                width=WIDGET_WIDTH,
+            ),
+            cloudwatch.GraphWidget(
+                title="relay DLQ depth",
+                left=[dlq.metric_approximate_number_of_messages_visible(period=PERIOD)],
+                width=WIDGET_WIDTH,
+            ),
+        )

@@ -9,7 +9,9 @@ from conveyor.declarations import Table
 
 
 class JobTable(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, declaration: Table) -> None:
+    """``streamed``: some stream rule reads the table, so it has the NEW_IMAGE stream a relay reads."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, declaration: Table, streamed: bool = False) -> None:
         super().__init__(scope, construct_id)
         self.declaration = declaration
         self.table = dynamodb.Table(
@@ -21,6 +23,7 @@ class JobTable(Construct):
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),
+            stream=dynamodb.StreamViewType.NEW_IMAGE if streamed else None,
         )
 
     def grant_to(self, function: lambda_.Function) -> None:

@@ -1,17 +1,20 @@
 """The Conveyor stack: composes one construct per concern from the project's declarations."""
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from conveyor import outputs
 from conveyor.declarations import Topology
+from conveyor.relay_settings import OUTBOX_SOURCE
 from infra.alarm_topic import AlarmTopic
 from infra.dashboard import JobsDashboard
 from infra.idempotency_table import IdempotencyTable
 from infra.job_queue import JobQueue
 from infra.job_table import JobTable
 from infra.operations import Operations
+from infra.outbox_relay import OutboxRelay, RelayDeadLetterQueue
 from infra.queue_monitoring import QueueMonitoring
 from infra.worker_package import WorkerPackage
 
@@ -61,16 +64,47 @@ class ConveyorStack(Stack):
                 alarm_topic=alarms.topic,
             )
             dashboard.add_queue(monitoring)
+        streamed = {table.name for table in topology.streamed_tables()}
+        tables: dict[str, JobTable] = {}
         for declaration in topology.tables:
-            table = JobTable(self, f"Table-{declaration.name}", declaration=declaration)
+            table = JobTable(
+                self, f"Table-{declaration.name}", declaration=declaration, streamed=declaration.name in streamed
+            )
             for job_queue in self.job_queues.values():
                 table.grant_to(job_queue.function)
+            tables[declaration.name] = table
+        relay_dlq = RelayDeadLetterQueue(self, "RelayDlq", prefix=prefix, alarm_topic=alarms.topic)
+        queues = {name: job_queue.queue for name, job_queue in self.job_queues.items()}
+
+        def relay(construct_id: str, source: str, table: dynamodb.ITable | None = None) -> OutboxRelay:
+            return OutboxRelay(
+                self,
+                construct_id,
+                source=source,
+                table=table,
+                queues=queues,
+                dlq=relay_dlq.queue,
+                package=package,
+                alarm_topic=alarms.topic,
+                log_retention=log_retention,
+            )
+
+        self.outbox = relay("Outbox", OUTBOX_SOURCE)
+        # Jobs may enqueue follow-up work atomically with their own writes, as any producer does.
+        for job_queue in self.job_queues.values():
+            self.outbox.grant_enqueue(job_queue.function)
+        self.relays = [self.outbox] + [
+            relay(f"StreamRelay-{name}", name, tables[name].table) for name in sorted(streamed)
+        ]
+        dashboard.add_relays(self.relays, relay_dlq.queue)
         operations = Operations(
             self, "Operations", prefix=prefix, job_queues=self.job_queues, idempotency_table=idempotency.table
         )
         CfnOutput(self, outputs.ALARM_TOPIC, value=alarms.topic.topic_arn)
         CfnOutput(self, outputs.IDEMPOTENCY_TABLE, value=idempotency.table.table_name)
         CfnOutput(self, outputs.PREFIX, value=prefix)
+        CfnOutput(self, outputs.OUTBOX_TABLE, value=self.outbox.table.table_name)
+        CfnOutput(self, outputs.RELAY_DLQ_URL, value=relay_dlq.queue.queue_url)
         CfnOutput(self, outputs.OPS_AUDIT_TABLE, value=operations.audit_table.table_name)
         CfnOutput(self, outputs.RESUME_SCHEDULE_GROUP, value=operations.schedule_group.schedule_group_name)
         CfnOutput(self, outputs.RESUME_SCHEDULE_ROLE, value=operations.resume_role.role_arn)

@@ -12,6 +12,9 @@ WORKER_FUNCTION = "WorkerFunction"
 EVENT_SOURCE_MAPPING = "EventSourceMapping"
 IDEMPOTENCY_TABLE = "IdempotencyTable"
 ALARM_TOPIC = "AlarmTopic"
+# Producers write jobs into the outbox table; the stream relays dead-letter into the relay DLQ.
+OUTBOX_TABLE = "OutboxTable"
+RELAY_DLQ_URL = "RelayDlqUrl"
 # What `jobs` needs beyond the queues: where it records audit rows, and what a timed pause
 # uses to resume itself (an EventBridge Scheduler group and the role its schedules assume).
 OPS_AUDIT_TABLE = "OpsAuditTable"

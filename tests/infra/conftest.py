@@ -1,4 +1,8 @@
-"""One synth of the project's app per test session, with cdk-nag enforcing as in `make synth`."""
+"""One synth of the project's app per test session, with cdk-nag enforcing as in `make synth`.
+
+``stream_synthesized`` is a second one, of a topology with stream rules (the project's has none),
+built only in sessions that ask for it.
+"""
 
 import json
 from dataclasses import dataclass
@@ -9,9 +13,12 @@ import pytest
 from aws_cdk.assertions import Template
 
 from conveyor.declarations import Topology
+from conveyor.outbox import OUTBOX_TABLE_ENV
 from conveyor.outputs import STACK_NAME
+from conveyor.relay_settings import SOURCE_ENV
 from functions.topology import TOPOLOGY
 from infra.app import build_app
+from tests.fixtures.stream_topology import TOPOLOGY as STREAM_TOPOLOGY
 
 
 @dataclass(frozen=True)
@@ -21,6 +28,19 @@ class QueueResources:
     queue: str
     dlq: str
     function: str
+
+
+@dataclass(frozen=True)
+class RelayResources:
+    """Logical ids of one stream relay's resources, found through its function's environment."""
+
+    function: str
+    role: str
+    log_group: str
+    mapping: str
+    # The table whose stream it reads, and the DLQ its mapping sends given-up batches to.
+    table: str
+    dlq: str
 
 
 @dataclass(frozen=True)
@@ -34,12 +54,17 @@ class Synthesized:
         resources: dict[str, Any] = self.template.to_json()["Resources"]
         return resources
 
+    def _functions(self) -> dict[str, dict[str, Any]]:
+        """Each function's logical id -> its environment variables."""
+        return {
+            logical_id: resource["Properties"].get("Environment", {}).get("Variables", {})
+            for logical_id, resource in self.resources.items()
+            if resource["Type"] == "AWS::Lambda::Function"
+        }
+
     def of_queue(self, name: str) -> QueueResources:
-        for logical_id, resource in self.resources.items():
-            if resource["Type"] != "AWS::Lambda::Function":
-                continue
-            variables = resource["Properties"]["Environment"]["Variables"]
-            if variables["CONVEYOR_QUEUE"] == name:
+        for logical_id, variables in self._functions().items():
+            if variables.get("CONVEYOR_QUEUE") == name:
                 return QueueResources(
                     queue=variables["CONVEYOR_QUEUE_URL"]["Ref"],
                     dlq=variables["CONVEYOR_DLQ_URL"]["Ref"],
@@ -47,18 +72,40 @@ class Synthesized:
                 )
         raise AssertionError(f"no worker function for queue {name!r}")
 
+    def of_relay(self, source: str) -> RelayResources:
+        (function,) = [logical_id for logical_id, env in self._functions().items() if env.get(SOURCE_ENV) == source]
+        properties = self.properties(function)
+        (mapping,) = [
+            logical_id
+            for logical_id, resource in self.resources.items()
+            if resource["Type"] == "AWS::Lambda::EventSourceMapping"
+            and resource["Properties"]["FunctionName"] == {"Ref": function}
+        ]
+        mapping_properties = self.properties(mapping)
+        return RelayResources(
+            function=function,
+            role=properties["Role"]["Fn::GetAtt"][0],
+            log_group=properties["LoggingConfig"]["LogGroup"]["Ref"],
+            mapping=mapping,
+            table=mapping_properties["EventSourceArn"]["Fn::GetAtt"][0],
+            dlq=mapping_properties["DestinationConfig"]["OnFailure"]["Destination"]["Fn::GetAtt"][0],
+        )
+
+    def relay_sources(self) -> set[str]:
+        return {env[SOURCE_ENV] for env in self._functions().values() if SOURCE_ENV in env}
+
     def table(self, key_attribute: str) -> str:
         """The logical id of the one table keyed on ``key_attribute`` that the workers' environment names.
 
         Only the workers' tables: the ops audit table shares the idempotency table's key
-        attribute, and is found through its stack output instead.
+        attribute, and so does the outbox (the workers' producer table, not their own): both
+        are found through their stack outputs instead.
         """
         named: set[str] = {
             value["Ref"]
-            for resource in self.resources.values()
-            if resource["Type"] == "AWS::Lambda::Function"
-            for value in resource["Properties"]["Environment"]["Variables"].values()
-            if isinstance(value, dict) and "Ref" in value
+            for variables in self._functions().values()
+            for name, value in variables.items()
+            if isinstance(value, dict) and "Ref" in value and name != OUTBOX_TABLE_ENV
         }
         (logical_id,) = [
             logical_id
@@ -79,10 +126,18 @@ class Synthesized:
         return properties
 
 
-@pytest.fixture(scope="session")
-def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    outdir = tmp_path_factory.mktemp("cdk.out")
-    app = build_app(TOPOLOGY, outdir=str(outdir))
+def synthesize(topology: Topology, outdir: Path) -> Synthesized:
+    app = build_app(topology, outdir=str(outdir))
     app.synth()  # raises if cdk-nag finds an unacknowledged error
     template = Template.from_json(json.loads((outdir / f"{STACK_NAME}.template.json").read_text()))
-    return Synthesized(template=template, outdir=outdir, topology=TOPOLOGY)
+    return Synthesized(template=template, outdir=outdir, topology=topology)
+
+
+@pytest.fixture(scope="session")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    return synthesize(TOPOLOGY, tmp_path_factory.mktemp("cdk.out"))
+
+
+@pytest.fixture(scope="session")
+def stream_synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    return synthesize(STREAM_TOPOLOGY, tmp_path_factory.mktemp("cdk.out.stream"))

@@ -27,13 +27,24 @@ def test_acknowledgments_sit_on_the_named_policies_only_with_a_reason(synthesize
         for entry in entries
         if entry["type"] == "aws:cdk:acknowledged-rules"
     }
-    # The workers' X-Ray writes and the operator's CloudWatch reads take no resource ARN.
-    reasons = {f"/{STACK_NAME}/Queue-{q.name}/WorkerRole/DefaultPolicy": "X-Ray" for q in synthesized.topology.queues}
-    reasons[f"/{STACK_NAME}/Operations/OperatorPolicy"] = "GetMetricData"
+    wildcard = "AwsSolutions::AwsSolutions-IAM5[Resource::*]"
+    # The workers' X-Ray writes, the relay's ListStreams and X-Ray writes, and the operator's
+    # CloudWatch reads take no resource ARN.
+    reasons = {
+        f"/{STACK_NAME}/Queue-{q.name}/WorkerRole/DefaultPolicy": {wildcard: "X-Ray"}
+        for q in synthesized.topology.queues
+    }
+    reasons[f"/{STACK_NAME}/Operations/OperatorPolicy"] = {wildcard: "GetMetricData"}
+    relays = ["Outbox", *(f"StreamRelay-{table.name}" for table in synthesized.topology.streamed_tables())]
+    for relay in relays:
+        reasons[f"/{STACK_NAME}/{relay}/RelayRole/DefaultPolicy"] = {wildcard: "dynamodb:ListStreams"}
+    # The relay DLQ is itself a dead-letter queue, but of event source mappings, not of a queue.
+    reasons[f"/{STACK_NAME}/RelayDlq/Queue"] = {"AwsSolutions::AwsSolutions-SQS3": "on-failure destination"}
     assert set(acknowledged) == set(reasons)
     for path, rules in acknowledged.items():
-        assert list(rules) == ["AwsSolutions::AwsSolutions-IAM5[Resource::*]"]
-        assert reasons[path] in rules["AwsSolutions::AwsSolutions-IAM5[Resource::*]"]
+        assert set(rules) == set(reasons[path])
+        for rule, reason in reasons[path].items():
+            assert reason in rules[rule]
 
 
 def test_unacknowledged_finding_fails_synth(tmp_path: Path) -> None:

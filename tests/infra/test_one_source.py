@@ -6,10 +6,12 @@ from typing import Any
 
 import pytest
 
-from conveyor import outputs
-from conveyor.local.provision import event_source_settings
+from conveyor import outputs, relay_mapping
+from conveyor.local.provision import event_source_settings, relay_dlq_attributes
+from conveyor.relay_settings import OUTBOX_SOURCE
 from functions.topology import TOPOLOGY
 from tests.aws import Aws, moto_aws
+from tests.fixtures.stream_topology import ORDERS
 from tests.infra.conftest import Synthesized
 
 QUEUE_NAMES = [queue.name for queue in TOPOLOGY.queues]
@@ -62,34 +64,82 @@ def test_local_event_source_matches_the_stack(synthesized: Synthesized, name: st
     assert deployed == event_source_settings(TOPOLOGY.queue(name))
 
 
-def _table_shape(key_schema: list[dict[str, str]], ttl: str | None) -> dict[str, Any]:
-    return {"key": [entry["AttributeName"] for entry in key_schema], "ttl": ttl}
+def _table_shape(key_schema: list[dict[str, str]], ttl: str | None, stream: str | None) -> dict[str, Any]:
+    return {"key": [entry["AttributeName"] for entry in key_schema], "ttl": ttl, "stream": stream}
 
 
-def test_local_tables_match_the_stack(synthesized: Synthesized, aws: Aws) -> None:
-    """Every table but the local stand-in for Lambda's event source mappings, which AWS keeps itself."""
-    deployed = sorted(
+def deployed_tables(synthesized: Synthesized) -> list[dict[str, Any]]:
+    return sorted(
         (
             _table_shape(
                 table["Properties"]["KeySchema"],
                 table["Properties"].get("TimeToLiveSpecification", {}).get("AttributeName"),
+                table["Properties"].get("StreamSpecification", {}).get("StreamViewType"),
             )
             for table in synthesized.template.find_resources("AWS::DynamoDB::Table").values()
         ),
         key=str,
     )
+
+
+def local_tables(aws: Aws) -> list[dict[str, Any]]:
+    """Every table but the local stand-in for Lambda's event source mappings, which AWS keeps itself."""
     local = []
     for name in aws.dynamodb.list_tables()["TableNames"]:
         if name == aws.provisioned.event_sources_table:
             continue
         ttl = aws.dynamodb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+        table = aws.dynamodb.describe_table(TableName=name)["Table"]
+        stream = table.get("StreamSpecification", {})
         local.append(
             _table_shape(
-                aws.dynamodb.describe_table(TableName=name)["Table"]["KeySchema"],
+                table["KeySchema"],
                 ttl.get("AttributeName") if ttl.get("TimeToLiveStatus") == "ENABLED" else None,
+                stream.get("StreamViewType") if stream.get("StreamEnabled") else None,
             )
         )
-    assert sorted(local, key=str) == deployed
+    return sorted(local, key=str)
+
+
+def test_local_tables_match_the_stack(synthesized: Synthesized, aws: Aws) -> None:
+    """Key, TTL and stream of every table, the outbox's included."""
+    assert local_tables(aws) == deployed_tables(synthesized)
+
+
+def test_local_outbox_table_matches_the_stack(synthesized: Synthesized, aws: Aws) -> None:
+    deployed = synthesized.properties(synthesized.output_ref(outputs.OUTBOX_TABLE))
+    local = aws.dynamodb.describe_table(TableName=aws.provisioned.outbox_table)["Table"]
+    assert local["KeySchema"] == deployed["KeySchema"]
+    assert local["AttributeDefinitions"] == deployed["AttributeDefinitions"]
+    assert local["StreamSpecification"] == {"StreamEnabled": True, **deployed["StreamSpecification"]}
+    ttl = aws.dynamodb.describe_time_to_live(TableName=aws.provisioned.outbox_table)["TimeToLiveDescription"]
+    assert {"AttributeName": ttl["AttributeName"], "Enabled": ttl["TimeToLiveStatus"] == "ENABLED"} == deployed[
+        "TimeToLiveSpecification"
+    ]
+
+
+def test_local_relay_dlq_matches_the_stack(synthesized: Synthesized, aws: Aws) -> None:
+    deployed = synthesized.properties(synthesized.output_ref(outputs.RELAY_DLQ_URL))
+    assert _provisioned(aws, aws.provisioned.relay_dlq_url) == _synthesized(deployed)
+    assert relay_dlq_attributes() == {
+        "MessageRetentionPeriod": str(deployed["MessageRetentionPeriod"]),
+        "SqsManagedSseEnabled": "true",
+    }
+
+
+@pytest.mark.parametrize("source", [OUTBOX_SOURCE, ORDERS.name])
+def test_local_stream_poller_settings_match_the_stack(stream_synthesized: Synthesized, source: str) -> None:
+    """The stream poller applies relay_mapping's settings; the stack deploys exactly those."""
+    mapping = dict(stream_synthesized.properties(stream_synthesized.of_relay(source).mapping))
+    deployed = {
+        key: value
+        for key, value in mapping.items()
+        if key not in ("EventSourceArn", "FunctionName", "DestinationConfig")
+    }
+    deployed["FilterCriteria"] = {
+        "Filters": [{"Pattern": json.loads(f["Pattern"])} for f in deployed["FilterCriteria"]["Filters"]]
+    }
+    assert deployed == relay_mapping.mapping_properties()
 
 
 def test_local_audit_table_matches_the_stack(synthesized: Synthesized, aws: Aws) -> None:

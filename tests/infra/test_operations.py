@@ -44,7 +44,12 @@ def _granted(statements: list[dict[str, Any]]) -> dict[str, set[str]]:
 
 
 def _mapping_arns(synthesized: Synthesized) -> list[str]:
-    mappings = synthesized.template.find_resources("AWS::Lambda::EventSourceMapping")
+    """The workers' mappings: those that read a queue (the stream relays' are not paused by `jobs`)."""
+    mappings = {
+        logical_id: mapping
+        for logical_id, mapping in synthesized.template.find_resources("AWS::Lambda::EventSourceMapping").items()
+        if synthesized.resources[mapping["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]]["Type"] == "AWS::SQS::Queue"
+    }
     assert len(mappings) == len(QUEUE_NAMES)
     return [
         f"arn:${{AWS::Partition}}:lambda:${{AWS::Region}}:${{AWS::AccountId}}:event-source-mapping:${{{logical_id}}}"

@@ -66,7 +66,8 @@ def test_event_source_reports_batch_item_failures_with_declared_batching(synthes
 def test_every_event_source_mapping_reports_batch_item_failures(synthesized: Synthesized) -> None:
     """Without it Lambda deletes every message of a batch that returned, failed ones included."""
     mappings = synthesized.template.find_resources("AWS::Lambda::EventSourceMapping")
-    assert len(mappings) == len(QUEUE_NAMES)
+    # The workers' mappings, the outbox relay's and one per streamed table's relay.
+    assert len(mappings) == len(QUEUE_NAMES) + 1 + len(TOPOLOGY.streamed_tables())
     for mapping in mappings.values():
         assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
 
@@ -222,6 +223,7 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
     log_group_id = function["LoggingConfig"]["LogGroup"]["Ref"]
     table_id = synthesized.table(IDEMPOTENCY_KEY)
     effects_id = synthesized.table(EFFECTS_KEY)
+    outbox_id = synthesized.output_ref(outputs.OUTBOX_TABLE)
     assert "ManagedPolicyArns" not in synthesized.properties(role_id)
     (statements,) = [
         policy["Properties"]["PolicyDocument"]["Statement"]
@@ -231,8 +233,9 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
     granted: dict[str, set[str]] = {}
     for statement in statements:
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         for resource in resources:
-            granted.setdefault(json.dumps(resource), set()).update(statement["Action"])
+            granted.setdefault(json.dumps(resource), set()).update(actions)
     assert granted == {
         _arn(log_group_id): {"logs:CreateLogStream", "logs:PutLogEvents"},
         # X-Ray has no resource-level permissions; the only wildcard resource.
@@ -248,6 +251,8 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
         _arn(ids.dlq): {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"},
         _arn(table_id): set(IDEMPOTENCY_ACTIONS),
         _arn(effects_id): TABLE_READ_WRITE,
+        # Enqueueing through the outbox, alone or in a transaction with the job's own writes.
+        _arn(outbox_id): {"dynamodb:PutItem"},
     }
 
 
