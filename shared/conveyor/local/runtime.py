@@ -1,9 +1,10 @@
-"""The declared workers, running in this process against an AWS endpoint.
+"""The declared workers and stream relays, running in this process against an AWS endpoint.
 
 Each queue gets the worker the stack would deploy (the same harness, the same settings)
-behind an event source mapping emulator. Stopping drains: pollers stop receiving, and
-in-flight batches finish within a grace period or return to their queue when their
-visibility timeout lapses.
+behind an event source mapping emulator; each relayed stream (the outbox's, and every table
+that stream rules read) gets its relay behind the stream mapping's emulator. Stopping drains:
+pollers stop receiving, and in-flight batches finish within a grace period or return to their
+queue when their visibility timeout lapses (a stream is read again from its start by the next run).
 """
 
 import os
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import boto3
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from conveyor import naming
 from conveyor.declarations import Topology
@@ -22,9 +25,11 @@ from conveyor.local.embedded import LOCAL_CREDENTIALS, REGION, LocalRuntimeError
 from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
 from conveyor.local.event_source import QueuePoller
 from conveyor.local.provision import Provisioned, provision
+from conveyor.local.stream_source import StreamPoller
 from conveyor.metrics import JobMetrics
 from conveyor.ops.event_sources import LocalEventSources
 from conveyor.outcomes import Observer, fan_out, ignore
+from conveyor.relay import Relay
 from conveyor.worker import Worker
 
 
@@ -49,8 +54,11 @@ class LocalRuntime:
         self.sqs: Any = boto3.client("sqs", endpoint_url=endpoint_url, region_name=REGION)
         self.dynamodb: Any = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=REGION)
         self.cloudwatch: Any = boto3.client("cloudwatch", endpoint_url=endpoint_url, region_name=REGION)
+        self.streams: Any = boto3.client("dynamodbstreams", endpoint_url=endpoint_url, region_name=REGION)
         self._stdout: TextIO | None = None
         self.pollers: dict[str, QueuePoller] = {}
+        # Relay source (as in Provisioned.streams) -> the poller of its stream.
+        self.stream_pollers: dict[str, StreamPoller] = {}
         self._provisioned: Provisioned | None = None
 
     @property
@@ -65,7 +73,8 @@ class LocalRuntime:
         return self._provisioned
 
     def start(self, *, raw_values: Path = RAW_VALUES_FILE) -> None:
-        """Provision, then start one poller per queue, each invoking that queue's worker.
+        """Provision, then start one poller per queue, each invoking that queue's worker, and one per
+        relayed stream, each invoking that stream's relay.
 
         The workers' stdout goes through an EMF forwarder, as their output would go through
         CloudWatch Logs in AWS: metrics reach the embedded CloudWatch, raw values ``raw_values``.
@@ -96,13 +105,31 @@ class LocalRuntime:
             )
             self.pollers[queue.name] = poller
             poller.start()
+        for source, stream_arn in provisioned.streams.items():
+            relay = Relay(self.topology, provisioned.relay_settings(source), sqs_client=self.sqs)
+            stream_poller = StreamPoller(
+                stream_arn=stream_arn,
+                handler=partial(_invoke_relay, relay),
+                streams=self.streams,
+                sqs=self.sqs,
+                dlq_url=provisioned.relay_dlq_url,
+                function_name=f"{naming.current_prefix()}-relay-{source}",
+            )
+            self.stream_pollers[source] = stream_poller
+            stream_poller.start()
 
     def drain(self, grace_s: float) -> bool:
         """Stop receiving and wait up to ``grace_s`` for in-flight batches; True if none was left running."""
-        for poller in self.pollers.values():
+        pollers: list[QueuePoller | StreamPoller] = [*self.pollers.values(), *self.stream_pollers.values()]
+        for poller in pollers:
             poller.stop()
         deadline = time.monotonic() + grace_s
-        finished = all(poller.join(deadline) for poller in self.pollers.values())
+        finished = all(poller.join(deadline) for poller in pollers)
         if self._stdout is not None:
             sys.stdout, self._stdout = self._stdout, None
         return finished
+
+
+def _invoke_relay(relay: Relay, event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    """The relay as its function invokes it; only the entry point's logger decorator reads the context."""
+    return relay.handle(event)
