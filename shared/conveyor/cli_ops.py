@@ -218,7 +218,11 @@ def _redrive_rows(report: RedriveReport) -> list[tuple[str, str]]:
         )
     if report.stopped:
         rows.append(("stopped", report.stopped))
-    rows += [("sample", f"{s['job_id']} {s['job_type']} {s['reason']}") for s in report.samples]
+    if report.truncated:
+        rows.append(("truncated", "yes: only the first entries were read; run again for the rest"))
+    rows += [
+        ("sample", " ".join(str(s[key] or DASH) for key in ("job_id", "job_type", "reason"))) for s in report.samples
+    ]
     return rows
 
 
@@ -269,28 +273,36 @@ def dlq_redrive(
         rate=rate,
         canary_timeout=timeout,
     )
-    with aws_errors("redriving"):
-        report = redrive.run(selection, limit=limit, dry_run=dry_run, canary=canary)
-        if not dry_run:
-            target.audit().record(
-                "dlq.redrive",
-                queue=queue,
-                details={
-                    "redrive_id": report.redrive_id,
-                    "filters": report.filters,
-                    "limit": limit,
-                    "rate_per_s": parse_rate(rate_text) if rate_text else None,
-                    "canary": canary,
-                    "matched": report.matched,
-                    "redriven": report.redriven,
-                    "send_failures": len(report.send_failures),
-                    "stopped": report.stopped,
-                },
-            )
+    report = redrive.report(selection, dry_run=dry_run)
+    finished = False
+    try:
+        with aws_errors("redriving"):
+            redrive.run(report, selection, limit=limit, canary=canary)
+        finished = True
+    finally:
+        if not dry_run:  # recorded even when interrupted, with what was done by then
+            with aws_errors("recording the redrive in the audit"):
+                target.audit().record(
+                    "dlq.redrive",
+                    queue=queue,
+                    details={
+                        "redrive_id": report.redrive_id,
+                        "filters": report.filters,
+                        "limit": limit,
+                        "rate": rate_text,
+                        "canary": canary,
+                        "matched": report.matched,
+                        "redriven": report.redriven,
+                        "send_failures": len(report.send_failures),
+                        "stopped": report.stopped,
+                        "interrupted": not finished,
+                    },
+                )
     emit(as_json, _report_dict(report), ("REDRIVE", report.redrive_id), _redrive_rows(report))
     if report.stopped:
         raise Incomplete(
-            f"redrive stopped: {report.stopped}; {report.matched - report.redriven} entries left in the DLQ"
+            f"redrive stopped: {report.stopped}; {report.matched - report.redriven} matched entries were not sent "
+            "(see `jobs dlq ls` for what the DLQ holds now)"
         )
     if report.send_failures:
         raise click.ClickException(f"{len(report.send_failures)} entries could not be sent and stay in the DLQ")
@@ -329,7 +341,8 @@ def dlq_discard(
         as_json,
         {"queue": queue, "scanned": scanned, "deleted": deleted, "truncated": truncated},
         ("DISCARD", queue),
-        [("scanned", str(scanned)), ("deleted", str(deleted))],
+        [("scanned", str(scanned)), ("deleted", str(deleted))]
+        + ([("truncated", "yes: run again for the rest")] if truncated else []),
     )
 
 
@@ -397,9 +410,15 @@ def resume(project: Project, queue: str, as_json: bool) -> None:
 @click.pass_obj
 def concurrency(project: Project, queue: str, value: int, as_json: bool) -> None:
     """Set how many batches of the queue run at once (Lambda's MaximumConcurrency, 2-1000)."""
-    project.queue_name(queue)
+    reserved = project.topology.queue(project.queue_name(queue)).reserved_concurrency
     _usage(lambda: check_max_concurrency(value))
-    before = _usage(lambda: project.target.event_sources.state(queue)).max_concurrency
+    if reserved is not None and value > reserved:
+        raise click.UsageError(
+            f"queue {queue!r} reserves {reserved} concurrent executions; a MaximumConcurrency of {value} "
+            "would throttle its own batches (raise reserved_concurrency in the declarations and deploy first)"
+        )
+    with aws_errors("reading the event source"):
+        before = project.target.event_sources.state(queue).max_concurrency
     _state_change(
         project,
         queue,
@@ -412,7 +431,13 @@ def concurrency(project: Project, queue: str, value: int, as_json: bool) -> None
 
 @click.command()
 @click.argument("queue")
-@click.option("--timeout", "timeout_text", default=format_duration(DEFAULT_DRAIN_TIMEOUT), show_default=True)
+@click.option(
+    "--timeout",
+    "timeout_text",
+    default=format_duration(DEFAULT_DRAIN_TIMEOUT),
+    show_default=True,
+    help="How long to wait for in-flight work (the queue stays paused either way).",
+)
 @json_option
 @click.pass_obj
 def drain(project: Project, queue: str, timeout_text: str, as_json: bool) -> None:
@@ -422,13 +447,17 @@ def drain(project: Project, queue: str, timeout_text: str, as_json: bool) -> Non
     target = project.target
     with aws_errors("draining"):
         target.event_sources.pause(queue, resume_at=None)
-        target.audit().record("drain", queue=queue, details={"timeout": timeout_text})
         deadline = time.monotonic() + timeout.total_seconds()
         counts = queue_counts(target.clients("sqs"), target.queue(queue).url)
         while counts["in_flight"] and time.monotonic() < deadline:
             time.sleep(DRAIN_POLL_S)
             counts = queue_counts(target.clients("sqs"), target.queue(queue).url)
-    drained = counts["in_flight"] == 0
+        drained = counts["in_flight"] == 0
+        target.audit().record(
+            "drain",
+            queue=queue,
+            details={"timeout": timeout_text, "drained": drained, "in_flight": counts["in_flight"]},
+        )
     summary = {"queue": queue, "paused": True, "drained": drained, **counts}
     emit(as_json, summary, ("DRAIN", queue), [(key, str(value)) for key, value in summary.items() if key != "queue"])
     if not drained:

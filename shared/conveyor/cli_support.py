@@ -64,7 +64,7 @@ def aws_errors(doing: str) -> Iterator[None]:
             f"{doing}: no AWS credentials ({error}); configure a profile, or set AWS_ENDPOINT_URL for a local runtime"
         ) from error
     except NoRegionError as error:
-        raise NoCredentials(f"{doing}: no AWS region; set AWS_REGION") from error
+        raise NoCredentials(f"{doing}: no AWS region; set AWS_DEFAULT_REGION or a region in your profile") from error
     except EndpointConnectionError as error:
         raise Unreachable(f"{doing}: cannot reach {error.kwargs.get('endpoint_url')}") from error
     except ClientError as error:

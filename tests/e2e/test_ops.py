@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from conveyor.cli import main
 from conveyor.cli_support import EXIT_INCOMPLETE, EXIT_NO_CREDENTIALS, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_USAGE
 from conveyor.envelope import Envelope, new_job_id
 from conveyor.local.embedded import free_port
@@ -22,13 +23,15 @@ from conveyor.ops.dlq_entries import DlqFilter
 from conveyor.ops.rate import RateLimiter
 from conveyor.ops.redrive import Redrive
 from conveyor.ops.target import Clients, local_target
+from conveyor.producer import JobRequest
 from conveyor.reasons import Reason
-from tests.e2e.conftest import InProcess, LocalAws, run_cli, wait_until
+from tests.e2e.conftest import TOPOLOGY_SPEC, InProcess, LocalAws, run_cli, wait_until
 from tests.fixtures.e2e_topology import QUEUE, TOPOLOGY, record_key
 
 # Long enough for a paused poller to have received anything it wrongly would: a control read
 # (1s) plus a long poll (1s), twice over.
 PAUSE_OBSERVATION_S = 4.0
+EXIT_ABORTED = 130
 STALE = timedelta(days=30)
 
 
@@ -145,7 +148,7 @@ def test_filtered_redrive_moves_only_matching_entries(aws: LocalAws, runtime: In
     wait_for_dlq(aws, 5)
 
     report = cli_json(tmp_path, "dlq", "redrive", QUEUE, "--reason", Reason.DEADLINE_EXCEEDED, "--rate", "20/s")
-    assert (report["matched"], report["redriven"], report["send_failures"]) == (3, 3, [])
+    assert (report["matched"], report["redriven"], report["send_failures"]) == (3, 3, {})
     # Redriven, they run with a fresh max_wall_time, exactly once each.
     wait_until(lambda: applied(aws, ["f1", "f2", "f3"]) == {"f1": 1, "f2": 1, "f3": 1}, "the redriven jobs ran")
     assert {entry["job_id"] for entry in dlq_entries(tmp_path)} == set(invalid)
@@ -168,6 +171,21 @@ def test_canary_that_fails_again_stops_the_rest(aws: LocalAws, runtime: InProces
     assert report["stopped"] == "canary failed again"
     # The canary is back (dead-lettered again) and the two others were never sent.
     assert sorted(entry["job_id"] for entry in dlq_entries(tmp_path)) == sorted(invalid)
+
+
+def test_canary_of_a_body_that_is_no_envelope_is_seen_failing_again(
+    aws: LocalAws, runtime: InProcess, tmp_path: Path
+) -> None:
+    """Such a body has no job id; the canary recognises its copy back in the DLQ by the body itself."""
+    for index in range(2):
+        aws.send_raw(f"not json {index}")
+    wait_for_dlq(aws, 2)
+    done = cli(tmp_path, "dlq", "redrive", QUEUE, "--canary", "1", "--canary-timeout", "60s", "--json")
+    assert done.returncode == EXIT_INCOMPLETE, done.stderr
+    report = json.loads(done.stdout)
+    assert report["stopped"] == "canary failed again"
+    assert report["canary"]["failed_again"] == report["canary"]["jobs"]
+    assert report["canary"]["jobs"][0].startswith("message:")
 
 
 def test_canary_that_completes_lets_the_rest_through(aws: LocalAws, runtime: InProcess, tmp_path: Path) -> None:
@@ -218,7 +236,7 @@ def test_interrupted_redrive_run_again_duplicates_nothing(aws: LocalAws, runtime
         rate=RateLimiter(None),
     )
     with pytest.raises(KeyboardInterrupt):
-        redrive.run(DlqFilter(), limit=None, dry_run=False, canary=0)
+        redrive.run(redrive.report(DlqFilter(), dry_run=False), DlqFilter(), limit=None, canary=0)
     # The third entry was sent but its DLQ copy not deleted: both copies exist now.
     assert interrupted.sent == 3
     wait_until(lambda: aws.depth(aws.dlq_url).visible == 3, "the interrupted run handed its entries back")
@@ -270,12 +288,17 @@ def test_pause_stops_consumption_and_resume_restarts_it(aws: LocalAws, runtime: 
 
 
 def test_timed_pause_resumes_by_itself(aws: LocalAws, runtime: InProcess, tmp_path: Path) -> None:
-    paused = cli_json(tmp_path, "pause", QUEUE, "--reason", "short", "--for", "2s")
+    paused = cli_json(tmp_path, "pause", QUEUE, "--reason", "short", "--for", "6s")
+    assert paused["paused"] is True
     assert paused["resume_at"] is not None
-    wait_until(lambda: runtime.runtime.pollers[QUEUE].paused, "the poller saw the pause")
-    wait_until(lambda: not runtime.runtime.pollers[QUEUE].paused, "the pause ended by itself")
+    wait_until(lambda: runtime.runtime.pollers[QUEUE].paused, "the poller stopped receiving")
+    names = ["t1", "t2"]
+    aws.enqueue_many([JobRequest("record_effect", {"name": name}) for name in names])
+    # Nobody resumes it: the jobs still run once the pause has run out.
+    wait_until(lambda: applied(aws, names) == dict.fromkeys(names, 1), "the jobs ran after the timed pause")
     [status] = cli_json(tmp_path, "status", QUEUE)
     assert (status["paused"], status["resume_at"]) == (False, None)
+    assert [row["action"] for row in cli_json(tmp_path, "audit")] == ["pause"]
 
 
 def test_concurrency_is_set_bounded_and_audited(aws: LocalAws, runtime: InProcess, tmp_path: Path) -> None:
@@ -318,3 +341,26 @@ def test_missing_credentials_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     assert "no AWS credentials" in one_line_error(cli(tmp_path, "status"), EXIT_NO_CREDENTIALS)
+
+
+def test_interrupted_redrive_is_still_audited_with_what_it_did(
+    aws: LocalAws, runtime: InProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stale_records(aws, ["a1", "a2", "a3"])
+    wait_for_dlq(aws, 3)
+    sends: list[str] = []
+    send = Redrive._send
+
+    def interrupted_after_one(self: Redrive, entry: Any, redrive_id: str) -> None:
+        if sends:
+            raise KeyboardInterrupt
+        sends.append(entry.message_id)
+        send(self, entry, redrive_id)
+
+    with monkeypatch.context() as patched, pytest.raises(SystemExit) as exited:
+        patched.setattr(Redrive, "_send", interrupted_after_one)
+        main(["--topology", TOPOLOGY_SPEC, "dlq", "redrive", QUEUE])
+    assert exited.value.code == EXIT_ABORTED
+    [row] = cli_json(tmp_path, "audit")
+    assert (row["action"], row["details"]["redriven"], row["details"]["interrupted"]) == ("dlq.redrive", 1, True)
+    wait_until(lambda: aws.depth(aws.dlq_url).visible == 2, "the interrupted run handed back what it did not send")

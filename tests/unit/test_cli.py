@@ -79,3 +79,15 @@ def test_local_runtime_without_moto_says_how_to_install_it(
     assert err.startswith("jobs: the local runtime needs moto")
     assert "pip install 'conveyor[local]'" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_concurrency_above_the_reserved_concurrency_is_refused_before_any_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    reserved = TOPOLOGY.queue("critical").reserved_concurrency
+    assert reserved is not None
+    code, out, err = run(capsys, "concurrency", "critical", str(reserved + 1))
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert f"reserves {reserved} concurrent executions" in err

@@ -16,10 +16,11 @@ from conveyor.durations import parse_duration
 from conveyor.envelope import Envelope, parse_envelope
 from conveyor.errors import ContractError
 from conveyor.payloads import MASK, mask_values, sensitive_fields, sensitive_values
-from conveyor.reasons import Reason
+from conveyor.reasons import RELAY_ONLY, Reason
 
 RECEIVE_LIMIT = "receive_limit"
-REASONS = (*(reason.value for reason in Reason), RECEIVE_LIMIT)
+# What a job queue's DLQ entry can say: the harness's reasons, or SQS's own redrive.
+REASONS = (*(reason.value for reason in Reason if reason not in RELAY_ONLY), RECEIVE_LIMIT)
 MILLISECONDS = 1000
 
 

@@ -68,10 +68,9 @@ class DlqScan:
         del self.held[entry.message_id]
 
     def release(self, entries: Iterable[DlqEntry]) -> None:
-        """Make entries visible again now."""
-        self._set_visibility([entry for entry in entries if entry.message_id in self.held], 0)
-        for entry in list(entries):
-            self.held.pop(entry.message_id, None)
+        """Make entries visible again now, and stop holding them."""
+        released = [self.held.pop(entry.message_id) for entry in entries if entry.message_id in self.held]
+        self._set_visibility(released, 0)
 
     def keep(self) -> None:
         """Renew the hold on everything still held, if it is due: call this often in long loops."""

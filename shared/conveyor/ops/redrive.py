@@ -36,6 +36,8 @@ Runners = Callable[[str], IdempotentRunner]
 
 @dataclass
 class CanaryResult:
+    """The canary's jobs by id (or ``message:<id>`` for a body that is not a valid envelope)."""
+
     jobs: list[str]
     completed: list[str] = field(default_factory=list)
     failed_again: list[str] = field(default_factory=list)
@@ -44,6 +46,15 @@ class CanaryResult:
     @property
     def passed(self) -> bool:
         return len(self.completed) == len(self.jobs)
+
+
+@dataclass(frozen=True)
+class _Canary:
+    """How to tell a canary's fate: its idempotency record, or its body back in the DLQ."""
+
+    name: str
+    body: str
+    record: tuple[IdempotentRunner, str] | None
 
 
 @dataclass
@@ -55,7 +66,8 @@ class RedriveReport:
     scanned: int = 0
     matched: int = 0
     redriven: int = 0
-    send_failures: list[str] = field(default_factory=list)
+    # DLQ message id -> why its send failed; those entries stay in the DLQ.
+    send_failures: dict[str, str] = field(default_factory=dict)
     truncated: bool = False
     samples: list[dict[str, Any]] = field(default_factory=list)
     canary: CanaryResult | None = None
@@ -73,14 +85,19 @@ class Redrive:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     sleep: Callable[[float], None] = time.sleep
 
-    def run(self, selection: DlqFilter, *, limit: int | None, dry_run: bool, canary: int) -> RedriveReport:
-        report = RedriveReport(
+    def report(self, selection: DlqFilter, *, dry_run: bool) -> RedriveReport:
+        """A fresh report; ``run`` fills it in as it goes, so an interrupted run still says what it did."""
+        return RedriveReport(
             queue=self.queue.name, redrive_id=uuid.uuid4().hex, filters=selection.describe(), dry_run=dry_run
         )
+
+    def run(self, report: RedriveReport, selection: DlqFilter, *, limit: int | None, canary: int) -> RedriveReport:
+        dry_run = report.dry_run
         with DlqScan(self.sqs, self.queue.dlq_url) as scan:
             entries = scan.read_all()
             matched = [entry for entry in entries if selection.matches(entry)][:limit]
-            scan.release(entry for entry in entries if entry not in matched)
+            chosen = {entry.message_id for entry in matched}
+            scan.release([entry for entry in entries if entry.message_id not in chosen])
             report.scanned, report.matched, report.truncated = len(entries), len(matched), scan.truncated
             report.samples = [entry.summary() for entry in matched[:SAMPLE_SIZE]]
             if dry_run:
@@ -89,9 +106,8 @@ class Redrive:
             first, rest = matched[:canary], matched[canary:]
             self._send_all(scan, first, report)
             if first:
-                report.canary = self._watch(
-                    scan, [entry for entry in first if entry.message_id not in report.send_failures], started
-                )
+                sent = [entry for entry in first if entry.message_id not in report.send_failures]
+                report.canary = self._watch(scan, [self._canary(entry) for entry in sent], started)
                 if not report.canary.passed:
                     report.stopped = "canary failed again" if report.canary.failed_again else "canary did not finish"
                     return report
@@ -105,7 +121,7 @@ class Redrive:
             try:
                 self._send(entry, report.redrive_id)
             except (BotoCoreError, ClientError) as error:  # the entry stays in the DLQ; the report says so
-                report.send_failures.append(f"{entry.message_id}: {error}")
+                report.send_failures[entry.message_id] = str(error)
                 continue
             scan.delete(entry)
             report.redriven += 1
@@ -125,25 +141,32 @@ class Redrive:
             request["MessageDeduplicationId"] = entry.message_id
         self.sqs.send_message(**request)
 
-    def _watch(self, scan: DlqScan, canaries: list[DlqEntry], started: datetime) -> CanaryResult:
+    def _watch(self, scan: DlqScan, canaries: list[_Canary], started: datetime) -> CanaryResult:
         """Wait until every canary completed, or one is back in the DLQ, or the timeout passes."""
-        result = CanaryResult(jobs=[entry.job_id or entry.message_id for entry in canaries])
-        keys = {entry.job_id or entry.message_id: self._key(entry) for entry in canaries}
+        result = CanaryResult(jobs=[canary.name for canary in canaries])
         deadline = time.monotonic() + self.canary_timeout.total_seconds()
         while True:
             scan.keep()
-            result.completed = [job for job, key in keys.items() if key is not None and key[0].completed(key[1])]
+            result.completed = [
+                canary.name for canary in canaries if canary.record and canary.record[0].completed(canary.record[1])
+            ]
             back, _ = read_entries(self.sqs, self.queue.dlq_url)
-            result.failed_again = sorted(
-                {entry.job_id for entry in back if entry.job_id in keys and entry.failed_at >= started}
-                - set(result.completed)
-            )
-            result.pending = [job for job in keys if job not in result.completed and job not in result.failed_again]
+            returned = {entry.body for entry in back if entry.failed_at >= started}
+            result.failed_again = [
+                canary.name for canary in canaries if canary.body in returned and canary.name not in result.completed
+            ]
+            result.pending = [
+                name for name in result.jobs if name not in result.completed and name not in result.failed_again
+            ]
             if result.failed_again or not result.pending or time.monotonic() >= deadline:
                 return result
             self.sleep(CANARY_POLL.total_seconds())
 
-    def _key(self, entry: DlqEntry) -> tuple[IdempotentRunner, str] | None:
+    def _canary(self, entry: DlqEntry) -> _Canary:
+        """The body is sent unchanged, so a copy back in the DLQ has the same body, whatever its shape."""
+        return _Canary(name=entry.job_id or f"message:{entry.message_id}", body=entry.body, record=self._record(entry))
+
+    def _record(self, entry: DlqEntry) -> tuple[IdempotentRunner, str] | None:
         """The idempotency record that will say the job completed; None if the body is not a valid job."""
         if entry.envelope is None:
             return None
