@@ -26,6 +26,7 @@ from conveyor.ops.status import queue_counts, queue_status
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DRAIN_TIMEOUT = timedelta(minutes=5)
 DRAIN_POLL_S = 2.0
+DRAINED_READINGS = 2
 DASH = "-"
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -101,7 +102,7 @@ def status(project: Project, queue: str | None, as_json: bool) -> None:
                 str(entry.in_flight),
                 str(entry.delayed),
                 DASH if entry.oldest_age_s is None else format_duration(timedelta(seconds=int(entry.oldest_age_s))),
-                str(entry.dlq_visible),
+                str(entry.dlq_visible) + (f" (+{entry.dlq_in_flight} held)" if entry.dlq_in_flight else ""),
                 ("paused" + (f" until {entry.resume_at}" if entry.resume_at else "")) if entry.paused else "running",
                 str(entry.max_concurrency or DASH),
                 ",".join(entry.job_types) or DASH,
@@ -179,9 +180,10 @@ def dlq_ls(
 @dlq.command("show")
 @click.argument("queue")
 @click.argument("job_id")
+@click.option("--raw", is_flag=True, help="Also show a body that is not a JSON object (it cannot be masked).")
 @json_option
 @click.pass_obj
-def dlq_show(project: Project, queue: str, job_id: str, as_json: bool) -> None:
+def dlq_show(project: Project, queue: str, job_id: str, raw: bool, as_json: bool) -> None:
     """One DLQ entry in full (by job id or message id), sensitive payload fields masked."""
     target = project.target
     with aws_errors("reading the DLQ"):
@@ -189,7 +191,7 @@ def dlq_show(project: Project, queue: str, job_id: str, as_json: bool) -> None:
     found = [entry for entry in entries if job_id in (entry.job_id, entry.message_id)]
     if not found:
         raise NotFound(f"no entry with job id {job_id!r} in the DLQ of {queue!r}")
-    details = [entry.detail(project.topology) for entry in found]
+    details = [entry.detail(project.topology, raw=raw) for entry in found]
     if as_json:
         click.echo(json.dumps(details, indent=2))
         return
@@ -306,6 +308,8 @@ def dlq_redrive(
         )
     if report.send_failures:
         raise click.ClickException(f"{len(report.send_failures)} entries could not be sent and stay in the DLQ")
+    if report.truncated:
+        raise Incomplete("only part of the DLQ was read (see `truncated`); run the command again for the rest")
 
 
 @dlq.command("discard")
@@ -341,9 +345,10 @@ def dlq_discard(
         as_json,
         {"queue": queue, "scanned": scanned, "deleted": deleted, "truncated": truncated},
         ("DISCARD", queue),
-        [("scanned", str(scanned)), ("deleted", str(deleted))]
-        + ([("truncated", "yes: run again for the rest")] if truncated else []),
+        [("scanned", str(scanned)), ("deleted", str(deleted))],
     )
+    if truncated:
+        raise Incomplete("only part of the DLQ was read; run the command again for the rest")
 
 
 def _state_change(
@@ -353,7 +358,9 @@ def _state_change(
     target = project.target
     with aws_errors(action):
         change()
+    with aws_errors(f"{action} was applied, but recording it in the audit failed"):
         entry = target.audit().record(action, queue=queue, details=details)
+    with aws_errors(f"{action} was applied and audited; reading the state back"):
         state = target.event_sources.state(queue)
     summary = {
         "queue": queue,
@@ -382,7 +389,18 @@ def pause(project: Project, queue: str, reason: str, for_text: str | None, as_js
     project.queue_name(queue)
     duration = _duration(for_text)
     resume_at = datetime.now(UTC) + duration if duration else None
-    details = {"reason": reason, "for": for_text, "resume_at": resume_at.isoformat() if resume_at else None}
+    with aws_errors("reading the event source"):
+        before = project.target.event_sources.state(queue)
+    details = {
+        "reason": reason,
+        "for": for_text,
+        "resume_at": resume_at.isoformat(timespec="seconds") if resume_at else None,
+        # A pause over a pause replaces it: the audit keeps what it replaced.
+        "previous": {
+            "paused": not before.enabled,
+            "resume_at": before.resume_at.isoformat() if before.resume_at else None,
+        },
+    }
     _state_change(
         project,
         queue,
@@ -448,11 +466,16 @@ def drain(project: Project, queue: str, timeout_text: str, as_json: bool) -> Non
     with aws_errors("draining"):
         target.event_sources.pause(queue, resume_at=None)
         deadline = time.monotonic() + timeout.total_seconds()
-        counts = queue_counts(target.clients("sqs"), target.queue(queue).url)
-        while counts["in_flight"] and time.monotonic() < deadline:
-            time.sleep(DRAIN_POLL_S)
+        # Pollers notice a pause within moments and the counts are approximate: only
+        # DRAINED_READINGS zero readings in a row, DRAIN_POLL_S apart, count as drained.
+        zeros = 0
+        while True:
             counts = queue_counts(target.clients("sqs"), target.queue(queue).url)
-        drained = counts["in_flight"] == 0
+            zeros = zeros + 1 if counts["in_flight"] == 0 else 0
+            if zeros >= DRAINED_READINGS or time.monotonic() >= deadline:
+                break
+            time.sleep(DRAIN_POLL_S)
+        drained = zeros >= DRAINED_READINGS
         target.audit().record(
             "drain",
             queue=queue,

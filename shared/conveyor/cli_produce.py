@@ -109,10 +109,17 @@ def _progress(shown: bool, length: int, label: str) -> Iterator[Callable[[int], 
     help="Hold the job back: 90s, 15m (SQS allows at most 15m).",
 )
 @click.option("--dedupe-key", callback=_parsed(_non_empty), help="Jobs with the same key run once.")
+@click.option("--group", callback=_parsed(_non_empty), help="The message group, for a job type on a FIFO queue.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj
 def enqueue(
-    project: Project, job_type_name: str, data: str, delay: timedelta | None, dedupe_key: str | None, as_json: bool
+    project: Project,
+    job_type_name: str,
+    data: str,
+    delay: timedelta | None,
+    dedupe_key: str | None,
+    group: str | None,
+    as_json: bool,
 ) -> None:
     """Validate one TYPE job against its payload model and enqueue it."""
     topology = project.topology
@@ -124,7 +131,7 @@ def enqueue(
     client = _client(topology, job_type)
     try:
         with correlated(origin=ENQUEUE_ORIGIN):
-            job_id = client.enqueue(job_type, payload, dedupe_key=dedupe_key, delay=delay)
+            job_id = client.enqueue(job_type, payload, dedupe_key=dedupe_key, delay=delay, group=group)
     except InvalidJobError as error:
         raise click.UsageError(str(error)) from error
     except EnqueueError as error:

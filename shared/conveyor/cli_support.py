@@ -12,12 +12,14 @@ import click
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    EndpointConnectionError,
     NoCredentialsError,
     NoRegionError,
     PartialCredentialsError,
 )
+from botocore.exceptions import ConnectionError as EndpointUnreachableError
 
+from conveyor.ops.dlq_scan import HoldLostError
+from conveyor.ops.event_sources import EventSourceNotFoundError
 from conveyor.tables import render_table
 
 EXIT_FAILED = 1
@@ -65,8 +67,12 @@ def aws_errors(doing: str) -> Iterator[None]:
         ) from error
     except NoRegionError as error:
         raise NoCredentials(f"{doing}: no AWS region; set AWS_DEFAULT_REGION or a region in your profile") from error
-    except EndpointConnectionError as error:
-        raise Unreachable(f"{doing}: cannot reach {error.kwargs.get('endpoint_url')}") from error
+    except EndpointUnreachableError as error:
+        raise Unreachable(f"{doing}: cannot reach {error.kwargs.get('endpoint_url', 'the endpoint')}") from error
+    except EventSourceNotFoundError as error:
+        raise NotFound(f"{doing}: {error}") from error
+    except HoldLostError as error:
+        raise Incomplete(f"{doing}: {error}") from error
     except ClientError as error:
         details = error.response.get("Error", {})
         raise AwsError(f"{doing}: {details.get('Code', 'error')}: {details.get('Message', error)}") from error

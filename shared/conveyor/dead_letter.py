@@ -53,6 +53,9 @@ class DeadLetterQueue:
             attributes[attrs.JOB_TYPE] = attrs.string(failure.job_type)
         if failure.job_id:
             attributes[attrs.JOB_ID] = attrs.string(failure.job_id)
+        redrive_id = attrs.read_string(record.raw_event.get("messageAttributes") or {}, attrs.REDRIVE_ID)
+        if redrive_id:  # so the redrive's canary can tell this job failed again
+            attributes[attrs.REDRIVE_ID] = attrs.string(redrive_id)
         request: dict[str, Any] = {"QueueUrl": self._url, "MessageBody": record.body, "MessageAttributes": attributes}
         if self._fifo:
             request["MessageGroupId"] = record.attributes.message_group_id or record.message_id

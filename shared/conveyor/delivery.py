@@ -12,7 +12,23 @@ MILLISECONDS = 1000
 
 
 def _parse_time(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+    """A time stamp attribute; one that does not parse is ignored (a bad attribute must not poison a job)."""
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _redriven_at(event_attributes: dict[str, Any], raw: dict[str, Any]) -> datetime | None:
+    """When an operator redrove the job; never later than SQS says the message was sent."""
+    redriven = _parse_time(attrs.read_string(event_attributes, attrs.REDRIVEN_AT))
+    if redriven is None:
+        return None
+    sent = datetime.fromtimestamp(int(raw["SentTimestamp"]) / MILLISECONDS, tz=UTC)
+    return min(redriven, sent)
 
 
 @dataclass(frozen=True)
@@ -40,7 +56,7 @@ class Delivery:
             ),
             carried_first_failure=_parse_time(attrs.read_string(event_attributes, attrs.FIRST_FAILED_AT)),
             not_before=_parse_time(attrs.read_string(event_attributes, attrs.NOT_BEFORE)),
-            redriven_at=_parse_time(attrs.read_string(event_attributes, attrs.REDRIVEN_AT)),
+            redriven_at=_redriven_at(event_attributes, raw),
             event_attributes=event_attributes,
         )
 

@@ -316,6 +316,21 @@ def test_drain_pauses_and_reports_nothing_in_flight(aws: LocalAws, runtime: InPr
     assert cli_json(tmp_path, "status", QUEUE)[0]["paused"] is True
 
 
+def test_drain_that_times_out_says_what_is_still_in_flight(aws: LocalAws, runtime: InProcess, tmp_path: Path) -> None:
+    cli_json(tmp_path, "pause", QUEUE, "--reason", "hold one message")
+    wait_until(lambda: runtime.runtime.pollers[QUEUE].paused, "the poller stopped receiving")
+    aws.enqueue_many([JobRequest("record_effect", {"name": "held"})])
+    # A worker that is still busy with it: the message stays in flight past the drain's timeout.
+    held = aws.sqs.receive_message(QueueUrl=aws.queue_url, WaitTimeSeconds=5, VisibilityTimeout=120)["Messages"]
+    assert len(held) == 1
+    done = cli(tmp_path, "drain", QUEUE, "--timeout", "3s", "--json")
+    assert done.returncode == EXIT_INCOMPLETE, done.stderr
+    assert (json.loads(done.stdout)["drained"], json.loads(done.stdout)["in_flight"]) == (False, 1)
+    assert "still in flight" in done.stderr
+    row = cli_json(tmp_path, "audit")[0]
+    assert (row["action"], row["details"]["drained"]) == ("drain", False)
+
+
 def test_bad_input_is_one_line_with_a_specific_exit_code(aws: LocalAws, tmp_path: Path) -> None:
     assert "unknown queue 'nope'" in one_line_error(cli(tmp_path, "status", "nope"), EXIT_NOT_FOUND)
     assert "unknown reason" in one_line_error(cli(tmp_path, "dlq", "ls", QUEUE, "--reason", "bogus"), EXIT_USAGE)

@@ -1,5 +1,6 @@
 """DLQ entries as `jobs dlq` reads them: failure context, masking, filters and their errors."""
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -90,9 +91,27 @@ def test_detail_of_an_unknown_type_masks_every_field() -> None:
     assert detail["envelope"]["data"] == {"card": MASK}
 
 
-def test_detail_of_a_body_that_is_not_an_envelope_shows_the_body_unchanged() -> None:
-    detail = DlqEntry.of(_message("not json {")).detail(TOPOLOGY)
-    assert (detail["envelope"], detail["body"], detail["job_id"]) == (None, "not json {", None)
+def test_a_body_that_is_no_json_object_is_shown_only_when_asked_for() -> None:
+    entry = DlqEntry.of(_message("token=secret-token-123"))
+    hidden = entry.detail(TOPOLOGY)
+    assert (hidden["envelope"], hidden["job_id"]) == (None, None)
+    assert "secret-token-123" not in str(hidden)
+    assert "--raw" in hidden["body"]
+    assert entry.detail(TOPOLOGY, raw=True)["body"] == "token=secret-token-123"
+
+
+def test_an_invalid_envelope_is_still_masked_by_its_type() -> None:
+    """No id, so not an envelope; its data still names a type whose model says what is secret."""
+    body = json.dumps({"type": "deliver_webhook", "v": 1, "data": {"url": "https://x.example", "body": "s3cr3t"}})
+    detail = DlqEntry.of(_message(body)).detail(TOPOLOGY)
+    assert detail["envelope"]["data"] == {"url": "https://x.example", "body": MASK}
+
+
+def test_an_invalid_payload_is_masked_by_value_too() -> None:
+    """The payload fails its contract (a bad url), so masking cannot rely on loading it."""
+    envelope = _webhook().model_copy(update={"data": {"url": "ftp://s3cr3t", "event_id": "evt", "body": "s3cr3t"}})
+    detail = DlqEntry.of(_dead_lettered(envelope, Reason.INVALID_PAYLOAD)).detail(TOPOLOGY)
+    assert detail["envelope"]["data"] == {"url": f"ftp://{MASK}", "event_id": "evt", "body": MASK}
 
 
 def test_filter_matches_reason_type_and_time_window() -> None:

@@ -246,6 +246,7 @@ def test_a_timed_pause_leaves_a_one_time_schedule_that_enables_the_mapping(deplo
     assert schedule["Target"]["Arn"] == RESUME_TARGET_ARN
     assert schedule["Target"]["RoleArn"] == deployed.schedules.role_arn
     assert json.loads(schedule["Target"]["Input"]) == {"UUID": deployed.uuid, "Enabled": True}
+    assert schedule["Target"]["RetryPolicy"] == {"MaximumRetryAttempts": 10, "MaximumEventAgeInSeconds": 3600}
 
 
 def test_pausing_again_moves_the_resume_time(deployed: Deployed) -> None:

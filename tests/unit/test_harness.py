@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import pytest
@@ -922,9 +922,10 @@ def test_batch_of_jobs_without_a_declared_timeout_runs_in_one_full_invocation(
 
 def test_redriven_job_gets_a_fresh_max_wall_time(standard: QueueDriver, runs: list[tuple[str, int]]) -> None:
     """`jobs dlq redrive` marks the copy; an entry dead-lettered for its age must not die of it again."""
-    created_at = FIXED_NOW - STEP_RETRY.max_wall_time - timedelta(days=3)
+    standard.now = datetime.now(UTC)  # the redrive time is checked against SQS's own send time
+    created_at = standard.now - STEP_RETRY.max_wall_time - timedelta(days=3)
     body = envelope("step", {"key": "k"}, job_id="job-redriven", created_at=created_at)
-    standard.send(body, attributes={attrs.REDRIVEN_AT: attrs.timestamp(FIXED_NOW - timedelta(minutes=1))})
+    standard.send(body, attributes={attrs.REDRIVEN_AT: attrs.timestamp(standard.now - timedelta(minutes=1))})
 
     assert standard.run(standard.receive_one()) == []
 
@@ -932,12 +933,24 @@ def test_redriven_job_gets_a_fresh_max_wall_time(standard: QueueDriver, runs: li
     assert standard.dead_letters() == []
 
 
-def test_redrive_older_than_the_enqueue_does_not_extend_the_deadline(
-    standard: QueueDriver, runs: list[tuple[str, int]]
+@pytest.mark.parametrize(
+    "redriven_at",
+    [
+        pytest.param(lambda created, now: created - timedelta(days=1), id="before-the-enqueue"),
+        pytest.param(lambda created, now: now + timedelta(days=365), id="in-the-future"),
+        pytest.param(lambda created, now: None, id="not-a-time"),
+    ],
+)
+def test_a_redrive_mark_cannot_extend_the_deadline_beyond_the_send(
+    standard: QueueDriver, runs: list[tuple[str, int]], redriven_at: Any
 ) -> None:
-    created_at = FIXED_NOW - STEP_RETRY.max_wall_time - timedelta(seconds=1)
+    """Only a redrive that happened (at most when SQS received the copy) grants a fresh window."""
+    # The worker runs more than max_wall_time after SQS received the copy (and after the enqueue).
+    standard.now = datetime.now(UTC) + STEP_RETRY.max_wall_time + timedelta(minutes=1)
+    created_at = standard.now - STEP_RETRY.max_wall_time - timedelta(seconds=1)
+    mark = redriven_at(created_at, standard.now)
     body = envelope("step", {"key": "k"}, job_id="job-odd", created_at=created_at)
-    standard.send(body, attributes={attrs.REDRIVEN_AT: attrs.timestamp(created_at - timedelta(days=1))})
+    standard.send(body, attributes={attrs.REDRIVEN_AT: attrs.timestamp(mark) if mark else attrs.string("soon")})
 
     assert standard.run(standard.receive_one()) == []
 

@@ -59,6 +59,8 @@ class DlqEntry:
     failed_at: datetime
     group_id: str | None
     envelope: Envelope | None
+    # Set when the entry failed again after `jobs dlq redrive` returned it to its queue.
+    redrive_id: str | None = None
 
     @classmethod
     def of(cls, message: Mapping[str, Any]) -> "DlqEntry":
@@ -85,6 +87,7 @@ class DlqEntry:
             failed_at=parse_time(failed) if failed else sent,
             group_id=system.get("MessageGroupId"),
             envelope=envelope,
+            redrive_id=_attribute(message, attrs.REDRIVE_ID),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -101,34 +104,52 @@ class DlqEntry:
             "message_id": self.message_id,
         }
 
-    def detail(self, topology: Topology) -> dict[str, Any]:
-        """Everything about the entry, with the payload's sensitive fields masked."""
-        envelope: Any
-        if self.envelope is None:
-            envelope = None
-            body = self.body
-        else:
-            envelope = json.loads(self.envelope.to_json())
-            envelope["data"] = masked_data(topology, self.envelope)
-            body = None
-        return {**self.summary(), "envelope": envelope, "body": body}
+    def detail(self, topology: Topology, *, raw: bool = False) -> dict[str, Any]:
+        """Everything about the entry, the payload's sensitive fields masked.
+
+        A body that is not even a JSON object cannot be masked field by field, so it is
+        shown only when asked for (``raw``): it may hold anything.
+        """
+        document: Any = self.envelope.model_dump(mode="json") if self.envelope else _json_object(self.body)
+        if document is None:
+            body = self.body if raw else f"<{len(self.body.encode())} bytes, not a JSON object: shown with --raw>"
+            return {**self.summary(), "envelope": None, "body": body}
+        if isinstance(document.get("data"), dict):
+            kind = document.get("type")
+            document["data"] = masked_data(topology, kind if isinstance(kind, str) else None, document["data"])
+        return {**self.summary(), "envelope": document, "body": None}
 
 
-def masked_data(topology: Topology, envelope: Envelope) -> dict[str, Any]:
-    """The payload with sensitive fields masked, by name and (for older versions) by value."""
+def _json_object(body: str) -> dict[str, Any] | None:
     try:
-        job_type = topology.job_type(envelope.type)
+        document = json.loads(body)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def masked_data(topology: Topology, job_type_name: str | None, data: dict[str, Any]) -> dict[str, Any]:
+    """The payload with sensitive fields masked: by name, and by value wherever the value recurs.
+
+    Values are taken from the data as it is and as upcast to the current version, so a field
+    renamed since (an older version's name) is masked too. Without a known type nothing says
+    what is safe, so everything is masked.
+    """
+    try:
+        job_type = topology.job_type(job_type_name or "")
     except ContractError:
-        return {name: MASK for name in envelope.data}  # no model says what is safe to show
+        return dict.fromkeys(data, MASK)
     names = sensitive_fields(job_type.model)
-    try:
-        current = job_type.load_payload(envelope.data, envelope.v).model_dump(mode="json")
-    except ContractError:
-        current = {}
-    values = sensitive_values(job_type.model, current)
+    values = sensitive_values(job_type.model, data)
+    for version in range(1, job_type.version + 1):
+        try:
+            current = job_type.load_payload(data, version).model_dump(mode="json")
+        except ContractError:
+            continue
+        values += sensitive_values(job_type.model, current)
     return {
         name: MASK if name in names else json.loads(mask_values(json.dumps(value), values))
-        for name, value in envelope.data.items()
+        for name, value in data.items()
     }
 
 

@@ -5,8 +5,11 @@ no message is seen twice, then hands back what it did not delete. The hold is sh
 renewed while an operation still works on the entries, so a scan that dies (kill -9) gives
 everything back within ``HOLD`` rather than hiding it for hours.
 
-A DLQ has no redrive policy, so the receives a scan adds are harmless. On a FIFO DLQ, a scan
-sees one entry per message group at a time (SQS holds the rest of a group behind it).
+A DLQ has no redrive policy, so the receives a scan adds are harmless. On a FIFO DLQ, SQS
+hands out nothing more of a message group while part of it is held, so a scan may see only
+the head of each group; it then says it was truncated, and running the command again goes on.
+A hold that could not be renewed is an error: an entry whose hold lapsed may be handed to
+someone else, and deleting it with an old receipt handle may silently fail.
 """
 
 import time
@@ -18,13 +21,20 @@ from conveyor import limits
 from conveyor.ops.dlq_entries import DlqEntry
 
 HOLD = timedelta(minutes=2)
+# How long a loop may wait between renewals, whatever it is waiting for.
+KEEP_EVERY_S = 5.0
 # Renew held entries once this much of the hold has passed.
 RENEW_AFTER = HOLD / 2
-# At most this many entries per run: SQS limits in-flight messages (120,000 on a standard queue).
+# At most this many entries per run: SQS limits in-flight messages (120,000 on a standard queue,
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html).
 MAX_SCAN = 20_000
 # Long polls that must come back empty before the DLQ counts as read to the end.
 EMPTY_RECEIVES_TO_END = 2
 RECEIVE_WAIT_S = 1
+
+
+class HoldLostError(Exception):
+    """Held entries could not be kept hidden: stop before acting on them with stale handles."""
 
 
 class DlqScan:
@@ -33,6 +43,7 @@ class DlqScan:
     def __init__(self, sqs: Any, url: str) -> None:
         self._sqs = sqs
         self._url = url
+        self._fifo = url.endswith(limits.SQS_FIFO_SUFFIX)
         self.held: dict[str, DlqEntry] = {}
         self.truncated = False
         self._renewed = time.monotonic()
@@ -47,6 +58,7 @@ class DlqScan:
         """Receive and hold every entry (up to MAX_SCAN), in the order SQS returned them."""
         empty = 0
         while empty < EMPTY_RECEIVES_TO_END and len(self.held) < MAX_SCAN:
+            self.keep()
             messages = self._sqs.receive_message(
                 QueueUrl=self._url,
                 MaxNumberOfMessages=min(limits.SQS_MAX_BATCH_ENTRIES, MAX_SCAN - len(self.held)),
@@ -55,13 +67,17 @@ class DlqScan:
                 MessageAttributeNames=["All"],
                 MessageSystemAttributeNames=["All"],
             ).get("Messages", [])
-            empty = 0 if messages else empty + 1
-            for message in messages:
-                entry = DlqEntry.of(message)
-                self.held.setdefault(entry.message_id, entry)
-        self.truncated = len(self.held) >= MAX_SCAN
-        self._renewed = time.monotonic()
+            entries = [DlqEntry.of(message) for message in messages]
+            # Only entries not seen before count as progress; a re-received one brings a fresh handle.
+            empty = 0 if any(entry.message_id not in self.held for entry in entries) else empty + 1
+            for entry in entries:
+                self.held[entry.message_id] = entry
+        self.truncated = len(self.held) >= MAX_SCAN or (self._fifo and self._still_visible() > 0)
         return list(self.held.values())
+
+    def _still_visible(self) -> int:
+        attributes = self._sqs.get_queue_attributes(QueueUrl=self._url, AttributeNames=["ApproximateNumberOfMessages"])
+        return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
 
     def delete(self, entry: DlqEntry) -> None:
         self._sqs.delete_message(QueueUrl=self._url, ReceiptHandle=entry.receipt_handle)
@@ -76,22 +92,29 @@ class DlqScan:
         """Renew the hold on everything still held, if it is due: call this often in long loops."""
         if time.monotonic() - self._renewed < RENEW_AFTER.total_seconds():
             return
-        self._set_visibility(list(self.held.values()), int(HOLD.total_seconds()))
+        failed = self._set_visibility(list(self.held.values()), int(HOLD.total_seconds()))
+        if failed:
+            raise HoldLostError(f"could not keep {len(failed)} DLQ entries hidden ({failed[0]}); nothing more was done")
         self._renewed = time.monotonic()
 
     def close(self) -> None:
+        """Hand back what is still held; one that cannot be handed back reappears when its hold ends."""
         self.release(list(self.held.values()))
 
-    def _set_visibility(self, entries: list[DlqEntry], seconds: int) -> None:
+    def _set_visibility(self, entries: list[DlqEntry], seconds: int) -> list[str]:
+        """Set each entry's visibility; the failures, as ``"<message id>: <code>"``."""
+        failed = []
         for start in range(0, len(entries), limits.SQS_MAX_BATCH_ENTRIES):
             chunk = entries[start : start + limits.SQS_MAX_BATCH_ENTRIES]
-            self._sqs.change_message_visibility_batch(
+            response = self._sqs.change_message_visibility_batch(
                 QueueUrl=self._url,
                 Entries=[
                     {"Id": str(index), "ReceiptHandle": entry.receipt_handle, "VisibilityTimeout": seconds}
                     for index, entry in enumerate(chunk)
                 ],
             )
+            failed += [f"{chunk[int(entry['Id'])].message_id}: {entry['Code']}" for entry in response.get("Failed", [])]
+        return failed
 
 
 def read_entries(sqs: Any, url: str) -> tuple[list[DlqEntry], bool]:

@@ -10,7 +10,7 @@ applied by whoever reads the state next: the pollers do so every second.
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from conveyor import limits
@@ -19,11 +19,17 @@ from conveyor.declarations import Topology
 LOCAL_EVENT_SOURCES_KEY = "queue"
 # The universal target through which a one-time schedule calls UpdateEventSourceMapping.
 RESUME_TARGET_ARN = "arn:aws:scheduler:::aws-sdk:lambda:updateEventSourceMapping"
+RESUME_RETRY_ATTEMPTS = 10
+RESUME_RETRY_WINDOW = timedelta(hours=1)
 # Lambda states in which the mapping is not polling (or is about to stop).
 PAUSED_STATES = frozenset({"Disabled", "Disabling"})
 # The local mapping's update that resumes it, by hand or when a timed pause is due.
 _RESUME_UPDATE = "SET enabled = :on REMOVE resume_at"
 _RESUME_VALUES = {":on": {"BOOL": True}}
+
+
+class EventSourceNotFoundError(LookupError):
+    """The queue has no event source (mapping) where one was expected."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ class LocalEventSources:
             TableName=self._table, Key={LOCAL_EVENT_SOURCES_KEY: {"S": queue}}, ConsistentRead=True
         ).get("Item")
         if item is None:
-            raise LookupError(f"queue {queue!r} has no event source in {self._table}")
+            raise EventSourceNotFoundError(f"queue {queue!r} has no event source in {self._table}")
         resume_at = _parse_timestamp(item["resume_at"]["S"]) if "resume_at" in item else None
         enabled = bool(item["enabled"]["BOOL"])
         if not enabled and resume_at is not None and resume_at <= self._clock():
@@ -120,7 +126,7 @@ class LocalEventSources:
         self._update(queue, "SET max_concurrency = :n", {":n": {"N": str(check_max_concurrency(value))}})
 
     def _update(self, queue: str, expression: str, values: dict[str, Any], *, condition: str = "") -> None:
-        """Update the queue's mapping if it exists (else LookupError) and ``condition`` holds (else
+        """Update the queue's mapping if it exists (else EventSourceNotFoundError) and ``condition`` holds (else
         ConditionalCheckFailedException)."""
         exists = "attribute_exists(#key)"
         try:
@@ -135,7 +141,7 @@ class LocalEventSources:
             )
         except self._dynamodb.exceptions.ConditionalCheckFailedException as error:
             if "Item" not in error.response:  # no old item: the queue has no mapping
-                raise LookupError(f"queue {queue!r} has no event source in {self._table}") from error
+                raise EventSourceNotFoundError(f"queue {queue!r} has no event source in {self._table}") from error
             raise
 
 
@@ -185,6 +191,11 @@ class LambdaEventSources:
                     "Arn": RESUME_TARGET_ARN,
                     "RoleArn": self._schedules.role_arn,
                     "Input": json.dumps({"UUID": self._uuid(queue), "Enabled": True}),
+                    # Bounded: Scheduler's default retries for 24 hours; `jobs status` shows a resume that never came.
+                    "RetryPolicy": {
+                        "MaximumRetryAttempts": RESUME_RETRY_ATTEMPTS,
+                        "MaximumEventAgeInSeconds": int(RESUME_RETRY_WINDOW.total_seconds()),
+                    },
                 },
             )
         self._lambda.update_event_source_mapping(UUID=self._uuid(queue), Enabled=False)
@@ -202,7 +213,9 @@ class LambdaEventSources:
         try:
             return self._mappings[queue]
         except KeyError:
-            raise LookupError(f"queue {queue!r} has no event source mapping in the stack's outputs") from None
+            raise EventSourceNotFoundError(
+                f"queue {queue!r} has no event source mapping in the stack's outputs"
+            ) from None
 
     def _resume_at(self, queue: str) -> datetime | None:
         try:

@@ -23,14 +23,19 @@ class RateLimiter:
         self._sleep = sleep
         self._next = clock()
 
-    def wait(self) -> None:
-        """Block until the next operation may start."""
+    def wait(self, *, tick: Callable[[], None] | None = None, tick_every_s: float = 5.0) -> None:
+        """Block until the next operation may start, calling ``tick`` at least every ``tick_every_s``.
+
+        A redrive waiting out a slow rate must still renew its hold on the DLQ entries: ``tick``.
+        """
         if not self._interval:
             return
         now = self._clock()
-        if self._next > now:
-            self._sleep(self._next - now)
-            now = self._next
+        while self._next > now:
+            if tick is not None:
+                tick()
+            self._sleep(min(self._next - now, tick_every_s) if tick is not None else self._next - now)
+            now = self._clock()
         self._next = max(self._next, now) + self._interval
 
 

@@ -23,7 +23,7 @@ from conveyor.declarations import Topology
 from conveyor.errors import ContractError
 from conveyor.idempotency import IdempotentRunner
 from conveyor.ops.dlq_entries import DlqEntry, DlqFilter
-from conveyor.ops.dlq_scan import DlqScan, read_entries
+from conveyor.ops.dlq_scan import KEEP_EVERY_S, DlqScan, read_entries
 from conveyor.ops.rate import RateLimiter
 from conveyor.ops.target import QueueTarget
 
@@ -102,12 +102,14 @@ class Redrive:
             report.samples = [entry.summary() for entry in matched[:SAMPLE_SIZE]]
             if dry_run:
                 return report
-            started = self.clock()
             first, rest = matched[:canary], matched[canary:]
             self._send_all(scan, first, report)
             if first:
                 sent = [entry for entry in first if entry.message_id not in report.send_failures]
-                report.canary = self._watch(scan, [self._canary(entry) for entry in sent], started)
+                report.canary = self._watch(scan, [self._canary(entry) for entry in sent], report.redrive_id)
+                if not sent:
+                    report.stopped = "no canary could be sent"
+                    return report
                 if not report.canary.passed:
                     report.stopped = "canary failed again" if report.canary.failed_again else "canary did not finish"
                     return report
@@ -116,7 +118,7 @@ class Redrive:
 
     def _send_all(self, scan: DlqScan, entries: list[DlqEntry], report: RedriveReport) -> None:
         for entry in entries:
-            self.rate.wait()
+            self.rate.wait(tick=scan.keep, tick_every_s=KEEP_EVERY_S)
             scan.keep()
             try:
                 self._send(entry, report.redrive_id)
@@ -141,7 +143,7 @@ class Redrive:
             request["MessageDeduplicationId"] = entry.message_id
         self.sqs.send_message(**request)
 
-    def _watch(self, scan: DlqScan, canaries: list[_Canary], started: datetime) -> CanaryResult:
+    def _watch(self, scan: DlqScan, canaries: list[_Canary], redrive_id: str) -> CanaryResult:
         """Wait until every canary completed, or one is back in the DLQ, or the timeout passes."""
         result = CanaryResult(jobs=[canary.name for canary in canaries])
         deadline = time.monotonic() + self.canary_timeout.total_seconds()
@@ -151,7 +153,8 @@ class Redrive:
                 canary.name for canary in canaries if canary.record and canary.record[0].completed(canary.record[1])
             ]
             back, _ = read_entries(self.sqs, self.queue.dlq_url)
-            returned = {entry.body for entry in back if entry.failed_at >= started}
+            # A copy dead-lettered again carries this redrive's id: no clocks are compared.
+            returned = {entry.body for entry in back if entry.redrive_id == redrive_id}
             result.failed_again = [
                 canary.name for canary in canaries if canary.body in returned and canary.name not in result.completed
             ]

@@ -22,6 +22,8 @@ class QueueStatus:
     delayed: int
     oldest_age_s: float | None
     dlq_visible: int
+    # DLQ entries someone holds right now (a `jobs dlq` scan, a redrive in progress).
+    dlq_in_flight: int
     paused: bool
     max_concurrency: int | None
     resume_at: str | None
@@ -67,13 +69,15 @@ def oldest_age_s(cloudwatch: Any, queue_url: str, *, now: datetime | None = None
 def queue_status(target: Target, topology: Topology, queue: QueueTarget) -> QueueStatus:
     sqs = target.clients("sqs")
     counts = queue_counts(sqs, queue.url)
+    dlq = queue_counts(sqs, queue.dlq_url)
     state = target.event_sources.state(queue.name)
     return QueueStatus(
         name=queue.name,
         url=queue.url,
         dlq_url=queue.dlq_url,
         oldest_age_s=oldest_age_s(target.clients("cloudwatch"), queue.url),
-        dlq_visible=queue_counts(sqs, queue.dlq_url)["visible"],
+        dlq_visible=dlq["visible"],
+        dlq_in_flight=dlq["in_flight"],
         paused=not state.enabled,
         max_concurrency=state.max_concurrency,
         resume_at=state.resume_at.isoformat() if state.resume_at else None,

@@ -68,7 +68,7 @@ class Target:
     def actor(self) -> str:
         """Who is acting, for the audit: the AWS identity, and the login that used it."""
         identity = self.clients("sts").get_caller_identity()
-        return f"{identity['Arn']} ({getpass.getuser()})"
+        return f"{identity['Arn']} ({_login()})"
 
     def audit(self) -> AuditLog:
         return AuditLog(self.clients("dynamodb"), self.audit_table, actor=self.actor)
@@ -77,6 +77,14 @@ class Target:
         return IdempotentRunner(
             topology.job_type(job_type), table_name=self.idempotency_table, dynamodb_client=self.clients("dynamodb")
         )
+
+
+def _login() -> str:
+    """The OS login, where there is one (a container may have no user entry)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown login"
 
 
 def is_local() -> bool:
