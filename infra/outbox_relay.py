@@ -29,9 +29,8 @@ from infra.worker_package import ARCHITECTURE, RUNTIME, WorkerPackage
 
 # functions/relay.py in the shared asset, imported as the worker is (functions.worker.handler).
 HANDLER = "functions.relay.handler"
-# A batch is at most BATCH_SIZE records sent in chunks of 10: seconds, not minutes. The
-# timeout bounds a stuck send; the mapping then retries the batch.
-TIMEOUT = Duration.seconds(60)
+# A batch is at most BATCH_SIZE records sent in chunks of 10: seconds, not minutes, within
+# relay_mapping.FUNCTION_TIMEOUT.
 MEMORY_MB = 256
 # The relay is behind when its oldest record in a batch is older than this; Lambda reports
 # IteratorAge in milliseconds, once per batch.
@@ -165,7 +164,7 @@ class OutboxRelay(Construct):
             handler=HANDLER,
             code=package.code,
             layers=[package.powertools_layer],
-            timeout=TIMEOUT,
+            timeout=Duration.seconds(int(relay_mapping.FUNCTION_TIMEOUT.total_seconds())),
             memory_size=MEMORY_MB,
             role=role,
             log_group=log_group,

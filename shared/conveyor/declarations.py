@@ -470,6 +470,13 @@ class Topology:
                 f"table {rule.table!r} is not declared (declared: {', '.join(sorted(tables)) or 'none'})",
             )
             _require(rule.job in jobs, where, f"job type {rule.job!r} is not declared")
+            queue = self.queue(self.job_type(rule.job).queue)
+            _require(
+                not queue.fifo,
+                where,
+                f"job type {rule.job!r} runs on FIFO queue {queue.name!r}, and a stream rule has no message group; "
+                "enqueue it through the outbox with group=",
+            )
 
     def streamed_tables(self) -> tuple[Table, ...]:
         """The declared tables some stream rule reads: their streams are enabled and relayed."""

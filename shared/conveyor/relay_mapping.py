@@ -10,6 +10,8 @@ range, not the item). Ranges: https://docs.aws.amazon.com/lambda/latest/dg/servi
 from datetime import timedelta
 from typing import Any
 
+# The relay function's timeout: it bounds a stuck send, and the mapping then retries the batch.
+FUNCTION_TIMEOUT = timedelta(seconds=60)
 # Records per invocation: Lambda's default for streams (at most 10,000). The relay sends them
 # to SQS in SendMessageBatch chunks of 10, so 100 records are at most 10 calls.
 BATCH_SIZE = 100

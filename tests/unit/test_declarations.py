@@ -12,6 +12,7 @@ from conveyor.declarations import (
     JobType,
     Queue,
     RetryPolicy,
+    StreamRule,
     Table,
     Topology,
 )
@@ -172,6 +173,7 @@ def test_project_topology_isolates_critical_from_bulk() -> None:
     ("table", "message"),
     [
         (lambda: Table("idempotency", key="id"), "table 'idempotency': the name is reserved"),
+        (lambda: Table("outbox", key="id"), "table 'outbox': the name is reserved"),
         (lambda: Table("Effects", key="id"), "table 'Effects': name must match"),
         (lambda: Table("effects", key="bad key"), "attribute name 'bad key' is not a valid DynamoDB attribute name"),
         (
@@ -183,4 +185,55 @@ def test_project_topology_isolates_critical_from_bulk() -> None:
 def test_bad_table_declarations_fail_naming_the_table(table: Any, message: str) -> None:
     with pytest.raises(DeclarationError) as raised:
         table()
+    assert message in str(raised.value)
+
+
+def test_queue_named_like_the_relay_dlq_is_reserved() -> None:
+    with pytest.raises(DeclarationError, match="queue 'relay': the name is reserved"):
+        queue("relay")
+
+
+def _rule(**overrides: Any) -> StreamRule:
+    options: dict[str, Any] = {
+        "table": "orders",
+        "job": "charge",
+        "when": lambda item: item.get("status") == "NEW",
+        "payload": lambda item: {},
+    }
+    return StreamRule(overrides.pop("name", "new-orders"), **(options | overrides))
+
+
+def _with_rules(*rules: StreamRule, fifo: bool = False) -> Topology:
+    return Topology(
+        queues=(queue(fifo=fifo),),
+        job_types=(job_type("charge", "default"),),
+        tables=(Table("orders", key="order_id"), Table("notes", key="id")),
+        stream_rules=rules,
+    )
+
+
+def test_stream_rules_stream_only_the_tables_they_read() -> None:
+    topology = _with_rules(_rule())
+    assert [table.name for table in topology.streamed_tables()] == ["orders"]
+    assert [rule.name for rule in topology.rules_for("orders")] == ["new-orders"]
+    assert topology.rules_for("notes") == ()
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: _with_rules(_rule(table="payments")), "stream rule 'new-orders': table 'payments' is not declared"),
+        (lambda: _with_rules(_rule(job="refund")), "stream rule 'new-orders': job type 'refund' is not declared"),
+        (lambda: _with_rules(_rule(), _rule()), "stream rule 'new-orders': declared twice"),
+        (
+            lambda: _with_rules(_rule(), fifo=True),
+            "runs on FIFO queue 'default', and a stream rule has no message group",
+        ),
+        (lambda: _rule(name="New Orders"), "stream rule 'New Orders': name must match"),
+        (lambda: _rule(when="status == NEW"), "when and payload must be callables"),
+    ],
+)
+def test_bad_stream_rules_fail_naming_the_rule(build: Any, message: str) -> None:
+    with pytest.raises(DeclarationError) as raised:
+        build()
     assert message in str(raised.value)

@@ -317,14 +317,22 @@ class StreamPoller:
         return datetime.now(UTC) - _created(record) > self._max_record_age
 
     def _invoke(self, batch: _Batch) -> _Outcome:
-        context = LocalLambdaContext(function_name=self._function_name)
+        timeout = relay_mapping.FUNCTION_TIMEOUT.total_seconds()
+        context = LocalLambdaContext(function_name=self._function_name, timeout_s=timeout)
         batch.invocations += 1
         batch.request_id = context.aws_request_id
         event = {"Records": [to_lambda_record(record, stream_arn=self.stream_arn) for record in batch.records]}
+        started = time.monotonic()
         try:
             response = self._handler(event, context.as_lambda_context())
         except Exception:
             log.exception("invocation of %s failed; the whole batch is retried", self._function_name)
+            batch.function_error = UNHANDLED
+            return _WHOLE_BATCH_FAILED
+        if time.monotonic() - started > timeout:  # Lambda would have stopped it: no response counts
+            log.error(
+                "invocation of %s ran past its %ss timeout; the whole batch is retried", self._function_name, timeout
+            )
             batch.function_error = UNHANDLED
             return _WHOLE_BATCH_FAILED
         batch.function_error = None
