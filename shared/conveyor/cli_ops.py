@@ -5,11 +5,13 @@ The same commands work against AWS (resources from the stack's outputs) and agai
 table. Nothing is deleted from a DLQ unless its copy was sent, or `discard --yes` was given.
 """
 
+import functools
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
@@ -23,7 +25,6 @@ from conveyor.ops.rate import RateLimiter, parse_rate
 from conveyor.ops.redrive import DEFAULT_CANARY_TIMEOUT, Redrive, RedriveReport, discard
 from conveyor.ops.status import queue_counts, queue_status
 
-F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DRAIN_TIMEOUT = timedelta(minutes=5)
 DRAIN_POLL_S = 2.0
 DRAINED_READINGS = 2
@@ -46,8 +47,45 @@ def _duration(text: str | None) -> timedelta | None:
     return None if text is None else _usage(lambda: parse_duration(text))
 
 
-def filter_options(command: F) -> F:
-    """The filters `dlq ls`, `redrive` and `discard` share."""
+@dataclass(frozen=True)
+class Filters:
+    """The DLQ filters as typed; ``selection`` checks them against the declarations."""
+
+    reasons: tuple[str, ...]
+    job_types: tuple[str, ...]
+    since: str | None
+    until: str | None
+    limit: int | None
+
+    def selection(self, project: Project, queue: str) -> DlqFilter:
+        selection: DlqFilter = _usage(
+            lambda: DlqFilter.build(
+                project.topology,
+                queue,
+                reasons=self.reasons,
+                job_types=self.job_types,
+                since=self.since,
+                until=self.until,
+            )
+        )
+        return selection
+
+
+def filter_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The filters `dlq ls`, `redrive` and `discard` share, handed to the command as one ``filters``."""
+
+    @functools.wraps(command)
+    def with_filters(
+        *args: Any,
+        reasons: tuple[str, ...],
+        job_types: tuple[str, ...],
+        since: str | None,
+        until: str | None,
+        limit: int | None,
+        **kwargs: Any,
+    ) -> None:
+        command(*args, filters=Filters(reasons, job_types, since, until, limit), **kwargs)
+
     for option in reversed(
         (
             click.option(
@@ -59,22 +97,8 @@ def filter_options(command: F) -> F:
             click.option("--limit", type=click.IntRange(min=1), help="At most this many entries."),
         )
     ):
-        command = option(command)
-    return command
-
-
-def _filter(
-    project: Project,
-    queue: str,
-    reasons: tuple[str, ...],
-    job_types: tuple[str, ...],
-    since: str | None,
-    until: str | None,
-) -> DlqFilter:
-    selection: DlqFilter = _usage(
-        lambda: DlqFilter.build(project.topology, queue, reasons=reasons, job_types=job_types, since=since, until=until)
-    )
-    return selection
+        with_filters = option(with_filters)
+    return with_filters
 
 
 def _time(value: datetime | None) -> str:
@@ -126,20 +150,16 @@ def dlq() -> None:
 def dlq_ls(
     project: Project,
     queue: str,
-    reasons: tuple[str, ...],
-    job_types: tuple[str, ...],
-    since: str | None,
-    until: str | None,
-    limit: int | None,
+    filters: Filters,
     group: bool,
     as_json: bool,
 ) -> None:
     """List DLQ entries without consuming them."""
-    selection = _filter(project, project.queue_name(queue), reasons, job_types, since, until)
+    selection = filters.selection(project, project.queue_name(queue))
     target = project.target
     with aws_errors("reading the DLQ"):
         entries, truncated = read_entries(target.clients("sqs"), target.queue(queue).dlq_url)
-    matched = [entry for entry in entries if selection.matches(entry)][:limit]
+    matched = [entry for entry in entries if selection.matches(entry)][: filters.limit]
     if truncated:
         click.echo(f"jobs: read the first {len(entries)} entries only; narrow the filters to see the rest", err=True)
     if group:
@@ -251,11 +271,7 @@ def _report_dict(report: RedriveReport) -> dict[str, Any]:
 def dlq_redrive(
     project: Project,
     queue: str,
-    reasons: tuple[str, ...],
-    job_types: tuple[str, ...],
-    since: str | None,
-    until: str | None,
-    limit: int | None,
+    filters: Filters,
     dry_run: bool,
     rate_text: str | None,
     canary: int,
@@ -263,7 +279,7 @@ def dlq_redrive(
     as_json: bool,
 ) -> None:
     """Return matching DLQ entries to their queue; each DLQ copy is deleted only after its send succeeded."""
-    selection = _filter(project, project.queue_name(queue), reasons, job_types, since, until)
+    selection = filters.selection(project, project.queue_name(queue))
     rate = RateLimiter(_usage(lambda: parse_rate(rate_text)) if rate_text else None)
     timeout = _duration(canary_timeout) or DEFAULT_CANARY_TIMEOUT
     target = project.target
@@ -279,7 +295,7 @@ def dlq_redrive(
     finished = False
     try:
         with aws_errors("redriving"):
-            redrive.run(report, selection, limit=limit, canary=canary)
+            redrive.run(report, selection, limit=filters.limit, canary=canary)
         finished = True
     finally:
         if not dry_run:  # recorded even when interrupted, with what was done by then
@@ -290,7 +306,7 @@ def dlq_redrive(
                     details={
                         "redrive_id": report.redrive_id,
                         "filters": report.filters,
-                        "limit": limit,
+                        "limit": filters.limit,
                         "rate": rate_text,
                         "canary": canary,
                         "matched": report.matched,
@@ -321,25 +337,25 @@ def dlq_redrive(
 def dlq_discard(
     project: Project,
     queue: str,
-    reasons: tuple[str, ...],
-    job_types: tuple[str, ...],
-    since: str | None,
-    until: str | None,
-    limit: int | None,
+    filters: Filters,
     yes: bool,
     as_json: bool,
 ) -> None:
     """Delete matching DLQ entries for good (refuses without --yes)."""
-    selection = _filter(project, project.queue_name(queue), reasons, job_types, since, until)
+    selection = filters.selection(project, project.queue_name(queue))
     if not yes:
         raise click.UsageError(
             "discard deletes entries for good; pass --yes (try `jobs dlq ls` with the same filters first)"
         )
     target = project.target
     with aws_errors("discarding"):
-        scanned, deleted, truncated = discard(target.clients("sqs"), target.queue(queue), selection, limit=limit)
+        scanned, deleted, truncated = discard(
+            target.clients("sqs"), target.queue(queue), selection, limit=filters.limit
+        )
         target.audit().record(
-            "dlq.discard", queue=queue, details={"filters": selection.describe(), "limit": limit, "deleted": deleted}
+            "dlq.discard",
+            queue=queue,
+            details={"filters": selection.describe(), "limit": filters.limit, "deleted": deleted},
         )
     emit(
         as_json,
