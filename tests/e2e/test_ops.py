@@ -7,6 +7,8 @@ change is audited; bad input is one line and a specific exit code.
 """
 
 import json
+import os
+import signal
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -25,7 +27,7 @@ from conveyor.ops.redrive import Redrive
 from conveyor.ops.target import Clients, local_target
 from conveyor.producer import JobRequest
 from conveyor.reasons import Reason
-from tests.e2e.conftest import TOPOLOGY_SPEC, InProcess, LocalAws, run_cli, wait_until
+from tests.e2e.conftest import JOBS, ROOT, TOPOLOGY_SPEC, InProcess, LocalAws, run_cli, wait_until
 from tests.fixtures.e2e_topology import QUEUE, TOPOLOGY, record_key
 
 # Long enough for a paused poller to have received anything it wrongly would: a control read
@@ -372,10 +374,41 @@ def test_interrupted_redrive_is_still_audited_with_what_it_did(
         sends.append(entry.message_id)
         send(self, entry, redrive_id)
 
-    with monkeypatch.context() as patched, pytest.raises(SystemExit) as exited:
+    with monkeypatch.context() as patched:
         patched.setattr(Redrive, "_send", interrupted_after_one)
-        main(["--topology", TOPOLOGY_SPEC, "dlq", "redrive", QUEUE])
+        with pytest.raises(SystemExit) as exited:
+            main(["--topology", TOPOLOGY_SPEC, "dlq", "redrive", QUEUE])
     assert exited.value.code == EXIT_ABORTED
     [row] = cli_json(tmp_path, "audit")
     assert (row["action"], row["details"]["redriven"], row["details"]["interrupted"]) == ("dlq.redrive", 1, True)
     wait_until(lambda: aws.depth(aws.dlq_url).visible == 2, "the interrupted run handed back what it did not send")
+
+
+BACKFILL_LINES = 30
+
+
+def test_backfill_killed_midway_resumes_and_runs_every_line_once(
+    aws: LocalAws, runtime: InProcess, tmp_path: Path
+) -> None:
+    names = [f"b{index:02d}" for index in range(BACKFILL_LINES)]
+    source = tmp_path / "names.jsonl"
+    source.write_text("".join(json.dumps({"name": name}) + "\n" for name in names))
+    checkpoint = Path(f"{source}.checkpoint")
+    command = [str(JOBS), "--topology", TOPOLOGY_SPEC, "backfill", "record_effect", "--from", str(source)]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen([*command, "--rate", "10/s", "--json"], env=environment, cwd=tmp_path) as first:
+        wait_until(
+            lambda: checkpoint.exists() and json.loads(checkpoint.read_text())["lines_done"] >= BACKFILL_LINES // 3,
+            "the first run checkpointed a third of the file",
+        )
+        first.kill()  # SIGKILL: no cleanup, as when a laptop dies mid-backfill
+    assert first.returncode == -signal.SIGKILL
+
+    summary = cli_json(tmp_path, "backfill", "record_effect", "--from", str(source))
+    assert summary["complete"] is True
+    assert summary["skipped_already_done"] >= BACKFILL_LINES // 3
+    assert summary["sent"] + summary["skipped_already_done"] == BACKFILL_LINES
+    wait_until(lambda: set(applied(aws, names).values()) == {1}, "every line's job ran")
+    assert applied(aws, names) == dict.fromkeys(names, 1)
+    again = cli_json(tmp_path, "backfill", "record_effect", "--from", str(source))
+    assert (again["sent"], again["complete"]) == (0, True)
