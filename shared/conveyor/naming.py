@@ -36,7 +36,8 @@ IDEMPOTENCY_TABLE = "idempotency"
 OUTBOX_TABLE = "outbox"
 AUDIT_TABLE = "ops-audit"
 LOCAL_EVENT_SOURCES_TABLE = "local-event-sources"
-OWN_TABLES = frozenset({IDEMPOTENCY_TABLE, OUTBOX_TABLE, AUDIT_TABLE, LOCAL_EVENT_SOURCES_TABLE})
+LEASES_TABLE = "leases"
+OWN_TABLES = frozenset({IDEMPOTENCY_TABLE, OUTBOX_TABLE, AUDIT_TABLE, LOCAL_EVENT_SOURCES_TABLE, LEASES_TABLE})
 # The relay DLQ is "<prefix>-relay-dlq", which a queue named "relay" would also claim for its DLQ.
 RELAY_DLQ = "relay-dlq"
 OWN_QUEUES = frozenset({"relay"})
