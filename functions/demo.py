@@ -7,23 +7,36 @@ What it sends, per job type:
 - duplicate enqueues (same dedupe key, or the same order) and duplicate deliveries (the same
   body sent twice, as SQS may deliver it) that must cause no second effect;
 and, straight to the queues, poison messages that must land in the DLQs with their reasons.
+
+Then orders, charged through the stream relays rather than sent to SQS by their producer:
+- orders placed through ``JobClient.transact``, each row committed with its charge in the
+  outbox; some are placed again, as a client retrying after a lost response, and must be
+  refused with no second job;
+- orders written as rows only (status NEW), charged through the stream rule;
+- one malformed outbox item from a foreign producer, which must land in the relay DLQ.
 """
 
 import json
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
 
 from conveyor import naming
 from conveyor.envelope import Envelope, new_job_id
-from conveyor.local.demo import Invariant, Observed
+from conveyor.errors import TransactionConditionError
+from conveyor.local.demo import Invariant, Observed, queue_depth
 from conveyor.local.runtime import LocalRuntime
 from conveyor.outcomes import Kind
 from conveyor.producer import JobClient, JobRequest
 from conveyor.reasons import Reason
+from functions.orders import CHARGE_NEW_ORDERS, NEW, ORDER_ID, ORDERS_TABLE, Order, place_order
 from functions.providers import email, payments, webhooks
-from functions.providers.effects import EFFECTS_TABLE, EffectsLedger
+from functions.providers.effects import EFFECTS_TABLE, KEY_ATTRIBUTE, EffectsLedger
 
 JOBS_PER_TYPE = 200
 # Every n-th job gets a fault or a duplicate; the remainders keep the sets apart.
@@ -33,6 +46,25 @@ DUPLICATE_EVERY, DUPLICATE_AT = 15, 0
 DUPLICATE_DELIVERIES = 20
 LEGACY_V1_MESSAGES = 10
 POISON_COPIES = 4
+# Orders get ids of their own, apart from the SDK's charges ("o-..."): their charges are told apart by it.
+ORDER_ID_PREFIX = "ord-"
+CHARGE_KEY_PREFIX = payments.effect_key("")
+TRANSACT_ORDERS = 40
+ROW_ONLY_ORDERS = 40
+# Every n-th order placed through transact is placed a second time.
+PLACE_AGAIN_EVERY = 8
+ORDER_CURRENCY = "EUR"
+# The relays read the streams on their own time: produce waits this long at most for every
+# order to be charged and the relay DLQ to fill, polling at this interval.
+RELAY_WAIT_S = 60.0
+RELAY_POLL_S = 0.5
+
+
+class Placed(StrEnum):
+    """How an order reached the orders table."""
+
+    TRANSACT = "placed through transact"
+    ROW_ONLY = "written as a row only"
 
 
 @dataclass(frozen=True)
@@ -51,6 +83,10 @@ class Plan:
     dead_letters: Counter[str] = field(default_factory=Counter)
     effects: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
+    orders: dict[str, Placed] = field(default_factory=dict)
+    placed_again: int = 0
+    refused: int = 0
+    relay_dead_letters: Counter[str] = field(default_factory=Counter)
 
     def expect_job(self, job_id: str, *, dead: Reason | None = None, duplicate: bool = False) -> None:
         self.finishes[job_id] = Kind.DEAD_LETTERED if dead else Kind.SUCCEEDED
@@ -63,18 +99,38 @@ class ExampleScenario:
     def __init__(self, jobs_per_type: int = JOBS_PER_TYPE) -> None:
         self.jobs_per_type = jobs_per_type
         self.plan = Plan()
-        self._ledger: EffectsLedger | None = None
+        self._runtime: LocalRuntime | None = None
+
+    @property
+    def runtime(self) -> LocalRuntime:
+        assert self._runtime is not None, "produce has not run"
+        return self._runtime
+
+    @cached_property
+    def ledger(self) -> EffectsLedger:
+        return EffectsLedger(
+            table_name=self.runtime.provisioned.tables[EFFECTS_TABLE.name], client=self.runtime.dynamodb
+        )
 
     def produce(self, runtime: LocalRuntime) -> None:
-        self._ledger = EffectsLedger(table_name=runtime.provisioned.tables[EFFECTS_TABLE.name], client=runtime.dynamodb)
-        client = JobClient(runtime.topology, sqs_client=runtime.sqs)
+        self._runtime = runtime
+        client = JobClient(
+            runtime.topology,
+            sqs_client=runtime.sqs,
+            dynamodb_client=runtime.dynamodb,
+            outbox_table=runtime.provisioned.outbox_table,
+        )
         for example in EXAMPLES:
             requests, planned = self._requests(example)
             for job_id, plan in zip(client.enqueue_many(requests), planned, strict=True):
                 self.plan.expect_job(job_id, dead=plan.dead, duplicate=plan.duplicate)
+        self._write_foreign_outbox_poison()
+        self._place_orders(client)
+        self._write_order_rows()
         self._send_duplicate_deliveries(runtime)
         self._send_legacy_messages(runtime)
         self._send_poison(runtime)
+        self._await_relays()
 
     def _requests(self, example: "Example") -> tuple[list[JobRequest], list[Planned]]:
         """The example's jobs, every n-th with a fault, and some enqueued twice."""
@@ -95,6 +151,61 @@ class ExampleScenario:
                 requests.append(request)
                 planned.append(Planned(duplicate=True))
         return requests, planned
+
+    def _place_orders(self, client: JobClient) -> None:
+        """Each order's row and charge in one transaction; placing it again must fail and add no job."""
+        table = self.runtime.provisioned.tables[ORDERS_TABLE.name]
+        for i in range(TRANSACT_ORDERS):
+            order = _order(Placed.TRANSACT, i)
+            self.plan.expect_job(place_order(client, table, order))
+            self.plan.orders[order.order_id] = Placed.TRANSACT
+            if i % PLACE_AGAIN_EVERY == 0:
+                self.plan.placed_again += 1
+                try:
+                    place_order(client, table, order)
+                except TransactionConditionError:
+                    self.plan.refused += 1
+
+    def _write_order_rows(self) -> None:
+        """Orders from a service that only writes rows: the stream rule makes their charges."""
+        table = self.runtime.provisioned.tables[ORDERS_TABLE.name]
+        for i in range(ROW_ONLY_ORDERS):
+            order = _order(Placed.ROW_ONLY, i)
+            self.runtime.dynamodb.put_item(TableName=table, Item=order.item(NEW))
+            self.plan.orders[order.order_id] = Placed.ROW_ONLY
+
+    def _write_foreign_outbox_poison(self) -> None:
+        """A foreign producer's outbox item, written with plain boto3, whose envelope is a Map instead of JSON text.
+
+        Attribute names are spelled out, as docs/outbox.md shows a producer without Conveyor writing them.
+        """
+        job_id = new_job_id()
+        self.runtime.dynamodb.put_item(
+            TableName=self.runtime.provisioned.outbox_table,
+            Item={
+                "id": {"S": job_id},
+                "queue": {"S": "critical"},
+                "envelope": {"M": {"type": {"S": "charge_order"}, "id": {"S": job_id}}},
+                "created_at": {"S": datetime.now(UTC).isoformat()},
+            },
+        )
+        self.plan.relay_dead_letters[Reason.INVALID_OUTBOX_ITEM.value] += 1
+
+    def _await_relays(self) -> None:
+        """Wait until every order is charged and the relay DLQ holds what it should, or RELAY_WAIT_S passed.
+
+        Until produce returns the demo keeps waiting, and once it has, the queues being empty
+        means the relayed work is done too; the invariants say what went wrong if time ran out.
+        """
+        pending = set(self.plan.orders)
+        dead_letters = self.plan.relay_dead_letters.total()
+        deadline = time.monotonic() + RELAY_WAIT_S
+        while time.monotonic() < deadline:
+            pending = {order_id for order_id in pending if not self.ledger.get(payments.effect_key(order_id))}
+            relay_dlq = queue_depth(self.runtime.sqs, self.runtime.provisioned.relay_dlq_url)
+            if not pending and relay_dlq.visible >= dead_letters:
+                return
+            time.sleep(RELAY_POLL_S)
 
     def _send_duplicate_deliveries(self, runtime: LocalRuntime) -> None:
         """The same body twice, as SQS's at-least-once delivery (or a redrive) may hand it over."""
@@ -140,6 +251,9 @@ class ExampleScenario:
             self._duplicates(observed),
             self._dead_letters(observed),
             self._effects(),
+            self._orders_charged_once(),
+            self._placements_refused(),
+            self._relay_dead_letters(observed),
         ]
 
     def _jobs_finished(self, observed: Observed) -> Invariant:
@@ -171,10 +285,9 @@ class ExampleScenario:
         )
 
     def _effects(self) -> Invariant:
-        assert self._ledger is not None
         wrong = []
         for effect_key, planned in self.plan.effects.items():
-            effect = self._ledger.get(effect_key)
+            effect = self.ledger.get(effect_key)
             applied = effect.applied if effect else 0
             if applied != planned:
                 wrong.append(f"{effect_key} applied {applied}x")
@@ -186,6 +299,58 @@ class ExampleScenario:
             not wrong,
             "; ".join([found, *wrong[:3]]),
         )
+
+    def _orders_charged_once(self) -> Invariant:
+        """Read from both tables: every order row has one charge applied once, and no charge lacks its row."""
+        table = self.runtime.provisioned.tables[ORDERS_TABLE.name]
+        rows = {item[ORDER_ID]["S"] for item in self._scan(table)}
+        charges = {
+            item[KEY_ATTRIBUTE]["S"].removeprefix(CHARGE_KEY_PREFIX): int(item["applied"]["N"])
+            for item in self._scan(self.runtime.provisioned.tables[EFFECTS_TABLE.name])
+            if item[KEY_ATTRIBUTE]["S"].startswith(CHARGE_KEY_PREFIX + ORDER_ID_PREFIX) and "applied" in item
+        }
+        wrong = [
+            f"order {order_id} charged {charges.get(order_id, 0)}x" for order_id in rows if charges.get(order_id) != 1
+        ]
+        wrong += [f"charge without an order: {order_id}" for order_id in charges.keys() - rows]
+        wrong += [f"order {order_id} missing from {table}" for order_id in self.plan.orders.keys() - rows]
+        placed = Counter(self.plan.orders.values())
+        found = (
+            f"{len(rows)} orders in {table} ({placed[Placed.TRANSACT]} {Placed.TRANSACT}, "
+            f"{placed[Placed.ROW_ONLY]} {Placed.ROW_ONLY} and charged by stream rule {CHARGE_NEW_ORDERS.name!r}), "
+            f"{sum(1 for applied in charges.values() if applied == 1)} charges applied once"
+        )
+        return Invariant("orders = charges: each order charged exactly once", not wrong, "; ".join([found, *wrong[:3]]))
+
+    def _placements_refused(self) -> Invariant:
+        """A refused placement wrote nothing: the outbox holds one item per placed order, plus the foreign one."""
+        items = self.runtime.dynamodb.scan(
+            TableName=self.runtime.provisioned.outbox_table, Select="COUNT", ConsistentRead=True
+        )["Count"]
+        planned = Counter(self.plan.orders.values())[Placed.TRANSACT] + self.plan.relay_dead_letters.total()
+        return Invariant(
+            "orders placed again are refused by their condition, adding no job",
+            self.plan.refused == self.plan.placed_again and items == planned,
+            f"{self.plan.refused} of {self.plan.placed_again} refused (TransactionConditionError); "
+            f"the outbox holds {items} items, {planned} planned",
+        )
+
+    def _relay_dead_letters(self, observed: Observed) -> Invariant:
+        reasons = observed.relay_dead_letter_reasons()
+        return Invariant(
+            "the relay DLQ holds exactly the planned poison records, each with its reason",
+            reasons == self.plan.relay_dead_letters,
+            ", ".join(f"{count} {reason}" for reason, count in reasons.items()) or "empty",
+        )
+
+    def _scan(self, table: str) -> list[dict[str, Any]]:
+        pages = self.runtime.dynamodb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True)
+        return [item for page in pages for item in page["Items"]]
+
+
+def _order(placed: Placed, i: int) -> Order:
+    kind = "tx" if placed is Placed.TRANSACT else "row"
+    return Order(order_id=f"{ORDER_ID_PREFIX}{kind}-{i:04d}", amount_cents=1000 + i, currency=ORDER_CURRENCY)
 
 
 def _matches(wanted: Kind, got: Kind | None) -> bool:

@@ -1,7 +1,8 @@
 """This project's queues and job types. The stack, the worker and the `jobs` CLI all read them.
 
 Three queues keep unlike work apart: `critical` has its own reserved capacity and a tight
-age objective, so a flood of `bulk` work can never delay a payment.
+age objective, so a flood of `bulk` work can never delay a payment. New `orders` rows with
+status NEW are charged through a stream rule (functions/orders.py).
 """
 
 from datetime import timedelta
@@ -9,7 +10,9 @@ from datetime import timedelta
 from conveyor.declarations import Queue, Topology
 from functions.jobs.charge_order import charge_order
 from functions.jobs.deliver_webhook import deliver_webhook
+from functions.jobs.generate_report import generate_report
 from functions.jobs.send_welcome_email import send_welcome_email
+from functions.orders import CHARGE_NEW_ORDERS, ORDERS_TABLE
 from functions.providers.effects import EFFECTS_TABLE
 
 TOPOLOGY = Topology(
@@ -32,6 +35,7 @@ TOPOLOGY = Topology(
             max_concurrency=2,
         ),
     ),
-    job_types=(send_welcome_email, charge_order, deliver_webhook),
-    tables=(EFFECTS_TABLE,),
+    job_types=(send_welcome_email, charge_order, deliver_webhook, generate_report),
+    tables=(EFFECTS_TABLE, ORDERS_TABLE),
+    stream_rules=(CHARGE_NEW_ORDERS,),
 )

@@ -30,6 +30,8 @@ AGE_EVALUATION_PERIODS = 3
 AGE_DATAPOINTS_TO_ALARM = 2
 # What Powertools' DynamoDB idempotency layer calls, and nothing more (no Scan, no batch writes).
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# What conveyor.checkpoints calls: read a run's checkpoint, write it (conditionally for a hand-off), delete it.
+CHECKPOINT_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
 # Any dead letter needs a human; the DLQ alarm fires on the first visible message.
 DLQ_DEPTH_THRESHOLD = 0
 
@@ -51,6 +53,7 @@ class JobQueue(Construct):
         max_receive_count: int,
         package: WorkerPackage,
         idempotency_table: dynamodb.ITable,
+        checkpoints_table: dynamodb.ITable,
         alarm_topic: sns.ITopic,
         log_retention: logs.RetentionDays,
     ) -> None:
@@ -76,7 +79,7 @@ class JobQueue(Construct):
             fifo=declaration.fifo or None,
             dead_letter_queue=sqs.DeadLetterQueue(queue=self.dlq, max_receive_count=max_receive_count),
         )
-        self.function = self._worker(package, idempotency_table, log_retention)
+        self.function = self._worker(package, idempotency_table, checkpoints_table, log_retention)
         self.event_source = event_sources.SqsEventSource(
             self.queue,
             batch_size=declaration.batch_size,
@@ -91,6 +94,7 @@ class JobQueue(Construct):
         self,
         package: WorkerPackage,
         idempotency_table: dynamodb.ITable,
+        checkpoints_table: dynamodb.ITable,
         log_retention: logs.RetentionDays,
     ) -> lambda_.Function:
         declaration = self.declaration
@@ -119,6 +123,7 @@ class JobQueue(Construct):
                 queue_url=self.queue.queue_url,
                 dlq_url=self.dlq.queue_url,
                 idempotency_table=idempotency_table.table_name,
+                checkpoints_table=checkpoints_table.table_name,
             ).to_environment(),
         )
         # The harness dead-letters with a reason by sending to the DLQ itself, and re-sends
@@ -126,6 +131,7 @@ class JobQueue(Construct):
         self.dlq.grant_send_messages(function)
         self.queue.grant_send_messages(function)
         idempotency_table.grant(function, *IDEMPOTENCY_ACTIONS)
+        checkpoints_table.grant(function, *CHECKPOINT_ACTIONS)
         # Narrowest scope: the policy CDK fills from the grants above and from active tracing.
         Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
             Acknowledgment(

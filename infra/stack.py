@@ -9,6 +9,7 @@ from conveyor import outputs
 from conveyor.declarations import Topology
 from conveyor.relay_settings import OUTBOX_SOURCE
 from infra.alarm_topic import AlarmTopic
+from infra.checkpoints_table import CheckpointsTable
 from infra.dashboard import JobsDashboard
 from infra.idempotency_table import IdempotencyTable
 from infra.job_queue import JobQueue
@@ -39,6 +40,7 @@ class ConveyorStack(Stack):
         )
         alarms = AlarmTopic(self, "Alarms")
         idempotency = IdempotencyTable(self, "Idempotency")
+        checkpoints = CheckpointsTable(self, "Checkpoints")
         package = WorkerPackage(self, "WorkerPackage", powertools_layer_version=powertools_layer_version)
         self.job_queues = {
             declaration.name: JobQueue(
@@ -49,6 +51,7 @@ class ConveyorStack(Stack):
                 max_receive_count=topology.max_receive_count(declaration.name),
                 package=package,
                 idempotency_table=idempotency.table,
+                checkpoints_table=checkpoints.table,
                 alarm_topic=alarms.topic,
                 log_retention=log_retention,
             )

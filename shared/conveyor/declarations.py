@@ -12,7 +12,7 @@ import string
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,6 +22,9 @@ from conveyor.envelope import summarize_validation_error
 from conveyor.errors import ContractError
 from conveyor.job_context import JobContext
 from conveyor.reasons import Reason
+
+if TYPE_CHECKING:  # conveyor.schedules builds on this module
+    from conveyor.schedules import Schedule
 
 P = TypeVar("P", bound=BaseModel)
 
@@ -429,6 +432,7 @@ class Topology:
     job_types: tuple[JobType[Any], ...] = ()
     tables: tuple[Table, ...] = ()
     stream_rules: tuple[StreamRule, ...] = ()
+    schedules: tuple["Schedule", ...] = ()
 
     def __post_init__(self) -> None:
         _require(bool(self.queues), "topology", "declare at least one queue")
@@ -457,6 +461,25 @@ class Topology:
             )
 
         self._check_stream_rules()
+        self._check_schedules()
+
+    def _check_schedules(self) -> None:
+        _reject_duplicates("schedule", (s.name for s in self.schedules))
+        jobs = {j.name: j for j in self.job_types}
+        for schedule in self.schedules:
+            where = f"schedule {schedule.name!r}"
+            job_type = jobs.get(schedule.job)
+            if job_type is None:
+                declared = ", ".join(sorted(jobs)) or "none"
+                raise DeclarationError(f"{where}: job type {schedule.job!r} is not declared (declared: {declared})")
+            queue = self.queue(job_type.queue)
+            _require(
+                not queue.fifo,
+                where,
+                f"job type {job_type.name!r} runs on FIFO queue {queue.name!r}, which Scheduler cannot send to "
+                "without content-based deduplication; schedule a job on a standard queue",
+            )
+            schedule.check_job(job_type)
 
     def _check_stream_rules(self) -> None:
         _reject_duplicates("stream rule", (r.name for r in self.stream_rules))

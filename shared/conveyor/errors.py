@@ -33,6 +33,28 @@ class Snooze(ConveyorError):  # noqa: N818 - a request, not an error
         self.delay = delay
 
 
+class Continued(ConveyorError):  # noqa: N818 - a hand-off, not an error
+    """Raised by ``ctx.continue_later`` once the next chunk is enqueued; the harness ends the run as a success.
+
+    Let it propagate: a handler that swallows it goes on with work the next chunk also does.
+    """
+
+    def __init__(self, next_job_id: str) -> None:
+        super().__init__(f"continued in job {next_job_id}")
+        self.next_job_id = next_job_id
+
+
+class CheckpointError(PermanentError):
+    """A checkpoint or continuation that can never succeed, so retrying cannot help: dead-letter now.
+
+    A redrive after the fix resumes from the last checkpoint that was stored.
+    """
+
+
+class CheckpointTooLargeError(CheckpointError):
+    """A checkpoint over DynamoDB's item size limit: store large state by reference (an S3 key) instead."""
+
+
 class EnqueueError(ConveyorError):
     """Some jobs were not accepted by SQS after retries; ``accepted`` ids were, ``rejected`` were not."""
 

@@ -3,6 +3,8 @@
 Every path ends in exactly one of: the record returns (SQS deletes it: success, duplicate,
 dead-lettered, or re-sent for later), or it raises (a batch item failure: SQS redelivers it
 after the backoff this module set). Nothing is acknowledged before its outcome is durable.
+While a job runs, a heartbeat keeps its message hidden (conveyor.heartbeat); a long job's
+checkpoints and continuations are in conveyor.checkpoints.
 """
 
 import math
@@ -11,25 +13,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
 from conveyor import limits
 from conveyor import message_attributes as attrs
+from conveyor.checkpoints import CheckpointStore, Chunk, Progress
 from conveyor.classify import FailureKind, classify
 from conveyor.dead_letter import DeadLetterQueue, Failure
 from conveyor.declarations import JobType, Topology
 from conveyor.delivery import Delivery
 from conveyor.envelope import Envelope, parse_envelope
-from conveyor.errors import ContractError, Snooze
-from conveyor.idempotency import IdempotentRunner
+from conveyor.errors import Continued, ContractError, Snooze
+from conveyor.heartbeat import DEADLINE_MARGIN, Heartbeat, lease_for
+from conveyor.idempotency import IdempotentRunner, record_lifetime
 from conveyor.job_context import JobContext
 from conveyor.outcomes import JobOutcome, Kind, Observer, ignore
 from conveyor.payloads import mask_values, sensitive_values
+from conveyor.producer import JobClient, JobRequest
 from conveyor.reasons import Reason
 from conveyor.settings import SERVICE_NAME, WorkerSettings
 from conveyor.timeouts import time_limit
@@ -73,6 +80,10 @@ class Invocation:
             return remaining
         return None
 
+    def deadline(self) -> float:
+        """When the invocation ends, as a ``time.monotonic()`` instant."""
+        return time.monotonic() + self.context.get_remaining_time_in_millis() / MILLISECONDS
+
 
 class Harness:
     def __init__(
@@ -97,6 +108,9 @@ class Harness:
             )
             for job_type in topology.job_types_on(settings.queue)
         }
+        self._checkpoints = CheckpointStore(dynamodb_client, settings.checkpoints_table)
+        # Builds the envelope of a job's next chunk, exactly as a producer's enqueue would.
+        self._producer = JobClient(topology, sqs_client=sqs_client)
         self._rng = rng or random.SystemRandom()
         self._clock = clock or (lambda: datetime.now(UTC))
         self._observer = observer
@@ -138,7 +152,7 @@ class Harness:
             self._requeue(record, delivery, envelope, now, timedelta(0), Kind.DEFERRED)
             return
         invocation.started += 1
-        self._run(record, delivery, envelope, job_type, payload, budget, now)
+        self._run(record, delivery, envelope, job_type, payload, budget, invocation.deadline(), now)
 
     def _admit(self, record: SQSRecord, envelope: Envelope) -> JobType[Any]:
         job_type = self._topology.job_type(envelope.type)
@@ -163,6 +177,7 @@ class Harness:
         job_type: JobType[Any],
         payload: BaseModel,
         budget: float,
+        deadline: float,
         now: datetime,
     ) -> None:
         key = job_type.idempotency_key_for(job_id=envelope.id, dedupe_key=envelope.dedupe_key, payload=payload)
@@ -174,6 +189,7 @@ class Harness:
             **envelope.correlation.model_dump(),
         }
         logger.thread_safe_append_keys(**bound)
+        progress = self._progress(record, envelope, job_type, payload, key)
         context = JobContext(
             job_id=envelope.id,
             job_type=job_type.name,
@@ -184,15 +200,20 @@ class Harness:
             correlation=envelope.correlation,
             logger=logger,
             deadline_monotonic=time.monotonic() + budget,
+            progress=progress,
         )
 
         def call_handler() -> None:
             # The limit covers the handler only, never Powertools' own record writes around it.
             with time_limit(budget):
-                job_type.handler(payload, context)
+                try:
+                    job_type.handler(payload, context)
+                except Continued as continued:
+                    logger.info("job continues in its next chunk", extra={"next_job_id": continued.next_job_id})
 
+        heartbeat = self._heartbeat(record, envelope, deadline)
         try:
-            with job_subsegment(job_type.name, envelope.id, record.attributes.aws_trace_header):
+            with job_subsegment(job_type.name, envelope.id, record.attributes.aws_trace_header), heartbeat:
                 ran = self._runners[job_type.name].run(key, call_handler)
         except Snooze as snooze:
             logger.info("job snoozed", extra={"delay_s": snooze.delay.total_seconds()})
@@ -200,11 +221,66 @@ class Harness:
         except Exception as error:  # every failure is classified; none escapes unrecorded
             self._fail(record, delivery, envelope, job_type, error, now)
         else:
+            if ran:
+                self._finish(progress)
             kind = Kind.SUCCEEDED if ran else Kind.DUPLICATE
             logger.info("job succeeded" if ran else "job duplicate absorbed", extra={"outcome": kind.value})
             self._report(kind, delivery, envelope, started_at=now)
         finally:
             logger.thread_safe_remove_keys(bound)
+
+    def _heartbeat(self, record: SQSRecord, envelope: Envelope, deadline: float) -> Heartbeat:
+        """Keeps the record's message hidden while its job runs, never past the invocation's ``deadline`` and margin."""
+        return Heartbeat(
+            self._sqs,
+            queue_url=self._settings.queue_url,
+            receipt_handle=record.receipt_handle,
+            job_id=envelope.id,
+            lease=lease_for(self.queue),
+            hold_until=deadline + DEADLINE_MARGIN.total_seconds(),
+        )
+
+    def _progress(
+        self, record: SQSRecord, envelope: Envelope, job_type: JobType[Any], payload: BaseModel, key: str
+    ) -> Progress:
+        """The run's checkpoints; it may hand off to a next chunk unless its key comes from its payload."""
+        return Progress(
+            self._checkpoints,
+            job_type=job_type.name,
+            job_id=envelope.id,
+            idempotency_key=key,
+            lifetime=record_lifetime(job_type),
+            clock=self._clock,
+            hand_off=None if job_type.idempotency_key else partial(self._hand_off, record, envelope, job_type, payload),
+        )
+
+    @staticmethod
+    def _finish(progress: Progress) -> None:
+        """Delete a completed run's checkpoint; if that fails, the job still succeeded and TTL deletes it."""
+        try:
+            progress.finish()
+        except (BotoCoreError, ClientError):
+            logger.warning("could not delete the checkpoint of a completed job; its TTL will", exc_info=True)
+
+    def _hand_off(
+        self, record: SQSRecord, envelope: Envelope, job_type: JobType[Any], payload: BaseModel, chunk: Chunk
+    ) -> None:
+        """Enqueue a job's next chunk on this queue: its payload, its correlation, the chunk's own id and key.
+
+        The chunk's key rides as the dedupe key, which (for a job type without an ``idempotency_key``
+        template) is the key the chunk runs under; on a FIFO queue it also dedupes the send.
+        """
+        request = JobRequest(
+            job_type,
+            payload,
+            job_id=chunk.job_id,
+            dedupe_key=chunk.idempotency_key,
+            group=record.attributes.message_group_id,
+        )
+        entry = self._producer.prepare(0, request, envelope.correlation).entry
+        self._sqs.send_message(
+            QueueUrl=self._settings.queue_url, **{name: value for name, value in entry.items() if name != "Id"}
+        )
 
     def _fail(
         self,

@@ -43,3 +43,6 @@ DYNAMODB_MAX_TRANSACT_ITEMS = 100
 DYNAMODB_MAX_TRANSACT_BYTES = 4 * 1024 * 1024
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html
 DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
+# An item's size counts each attribute's name and value; a number takes at most 21 bytes:
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html
+DYNAMODB_MAX_NUMBER_BYTES = 21

@@ -37,7 +37,10 @@ OUTBOX_TABLE = "outbox"
 AUDIT_TABLE = "ops-audit"
 LOCAL_EVENT_SOURCES_TABLE = "local-event-sources"
 LEASES_TABLE = "leases"
-OWN_TABLES = frozenset({IDEMPOTENCY_TABLE, OUTBOX_TABLE, AUDIT_TABLE, LOCAL_EVENT_SOURCES_TABLE, LEASES_TABLE})
+CHECKPOINTS_TABLE = "checkpoints"
+OWN_TABLES = frozenset(
+    {IDEMPOTENCY_TABLE, OUTBOX_TABLE, AUDIT_TABLE, LOCAL_EVENT_SOURCES_TABLE, LEASES_TABLE, CHECKPOINTS_TABLE}
+)
 # The relay DLQ is "<prefix>-relay-dlq", which a queue named "relay" would also claim for its DLQ.
 RELAY_DLQ = "relay-dlq"
 OWN_QUEUES = frozenset({"relay"})

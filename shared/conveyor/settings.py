@@ -17,6 +17,7 @@ _ENV_NAMES = {
     "queue_url": "CONVEYOR_QUEUE_URL",
     "dlq_url": "CONVEYOR_DLQ_URL",
     "idempotency_table": "CONVEYOR_IDEMPOTENCY_TABLE",
+    "checkpoints_table": "CONVEYOR_CHECKPOINTS_TABLE",
 }
 
 
@@ -26,6 +27,7 @@ class WorkerSettings:
     queue_url: str
     dlq_url: str
     idempotency_table: str
+    checkpoints_table: str
 
     def to_environment(self) -> dict[str, str]:
         environment = {_ENV_NAMES[f.name]: getattr(self, f.name) for f in fields(self)}

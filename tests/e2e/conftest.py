@@ -2,7 +2,9 @@
 
 Each test gets a fresh moto server on a free port, the declared queues and tables provisioned,
 and an environment pointing every boto3 client at it (restored afterwards). Nothing waits a
-fixed time: tests poll until what they expect holds, or fail after a generous timeout.
+fixed time: tests poll until what they expect holds, or fail after a generous timeout. A test
+module runs another topology by overriding the ``topology`` fixture (and passing its spec to
+``jobs_process``).
 """
 
 import ctypes
@@ -25,10 +27,12 @@ import boto3
 import pytest
 
 from conveyor import naming
+from conveyor.declarations import Topology
 from conveyor.local.demo import Observed, QueueDepth, queue_depth
 from conveyor.local.embedded import LOOPBACK, REGION, EmbeddedAws, free_port
 from conveyor.local.provision import Provisioned, provision
 from conveyor.local.runtime import LocalRuntime, local_environment
+from conveyor.outbox import OUTBOX_TABLE_ENV
 from conveyor.producer import JobClient, JobRequest
 from functions.providers.effects import EFFECTS_TABLE, KEY_ATTRIBUTE, Effect, EffectsLedger
 from tests.fixtures.e2e_topology import QUEUE, TOPOLOGY
@@ -59,7 +63,7 @@ def wait_until(
         time.sleep(interval_s)
 
 
-def point_at(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+def point_at(monkeypatch: pytest.MonkeyPatch, endpoint: str, topology: Topology = TOPOLOGY) -> None:
     """Aim this process's AWS clients (and the child processes it starts) at ``endpoint`` only."""
     for name, value in local_environment(endpoint).items():
         monkeypatch.setenv(name, value)
@@ -67,7 +71,8 @@ def point_at(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
     monkeypatch.setenv("NO_PROXY", f"{LOOPBACK},localhost")
     monkeypatch.setenv("no_proxy", f"{LOOPBACK},localhost")
     # Set by the runtime and the CLI; registered here so the test's end removes them again.
-    for name in (naming.PREFIX_ENV, naming.table_env(EFFECTS_TABLE.name), "CONVEYOR_TOPOLOGY"):
+    tables = [naming.table_env(table.name) for table in topology.tables]
+    for name in (naming.PREFIX_ENV, *tables, OUTBOX_TABLE_ENV, "CONVEYOR_TOPOLOGY"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -104,12 +109,13 @@ class _RecordingSqs:
 
 @dataclass
 class LocalAws:
-    """The embedded AWS of one test, with the e2e topology provisioned on it."""
+    """The embedded AWS of one test, with the test's topology provisioned on it."""
 
     endpoint: str
     sqs: Any
     dynamodb: Any
     provisioned: Provisioned
+    topology: Topology = TOPOLOGY
     sent: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -128,7 +134,7 @@ class LocalAws:
 
     def enqueue_many(self, requests: Sequence[JobRequest]) -> list[str]:
         """Enqueue through the producer SDK; ``sent[job_id]`` is then the body as it went out."""
-        return JobClient(TOPOLOGY, sqs_client=_RecordingSqs(self.sqs, self.sent)).enqueue_many(requests)
+        return JobClient(self.topology, sqs_client=_RecordingSqs(self.sqs, self.sent)).enqueue_many(requests)
 
     def send_raw(self, body: str) -> None:
         """A message straight to the queue, as a duplicate delivery or a redrive puts it there."""
@@ -165,16 +171,24 @@ class LocalAws:
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalAws]:
+def topology() -> Topology:
+    """What the embedded AWS provisions and the in-process workers run; a test module may override it."""
+    return TOPOLOGY
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, topology: Topology) -> Iterator[LocalAws]:
     server = EmbeddedAws(free_port())
     server.start()
     try:
         _reset_moto(server.port)
-        point_at(monkeypatch, server.endpoint_url)
+        point_at(monkeypatch, server.endpoint_url, topology)
         sqs = boto3.client("sqs", endpoint_url=server.endpoint_url, region_name=REGION)
         dynamodb = boto3.client("dynamodb", endpoint_url=server.endpoint_url, region_name=REGION)
-        provisioned = provision(TOPOLOGY, sqs=sqs, dynamodb=dynamodb)
-        yield LocalAws(endpoint=server.endpoint_url, sqs=sqs, dynamodb=dynamodb, provisioned=provisioned)
+        provisioned = provision(topology, sqs=sqs, dynamodb=dynamodb)
+        yield LocalAws(
+            endpoint=server.endpoint_url, sqs=sqs, dynamodb=dynamodb, provisioned=provisioned, topology=topology
+        )
     finally:
         server.stop()
 
@@ -189,7 +203,7 @@ class InProcess:
 def runtime(aws: LocalAws, tmp_path: Path) -> Iterator[InProcess]:
     """The declared workers running in this process against the test's embedded AWS."""
     observed = Observed()
-    local = LocalRuntime(TOPOLOGY, endpoint_url=aws.endpoint, observer=observed.record)
+    local = LocalRuntime(aws.topology, endpoint_url=aws.endpoint, observer=observed.record)
     local.start(raw_values=tmp_path / "metrics.jsonl")
     try:
         yield InProcess(runtime=local, observed=observed)
@@ -249,13 +263,13 @@ class JobsProcess:
 
 
 @contextmanager
-def jobs_process(*argv: str, workdir: Path) -> Iterator[JobsProcess]:
-    """Run ``jobs --topology <e2e> local <argv>`` in ``workdir``; the process is gone afterwards, whatever happens."""
+def jobs_process(*argv: str, workdir: Path, topology: str = TOPOLOGY_SPEC) -> Iterator[JobsProcess]:
+    """Run ``jobs --topology <topology> local <argv>`` in ``workdir``; the process is gone afterwards, come what may."""
     workdir.mkdir(parents=True, exist_ok=True)
     stdout, stderr = workdir / "stdout.log", workdir / "stderr.log"
     with stdout.open("wb") as out, stderr.open("wb") as err:
         process = subprocess.Popen(
-            _jobs_command(argv),
+            _jobs_command(argv, topology),
             cwd=workdir,
             env=_child_environment(PYTHONUNBUFFERED="1"),
             stdin=subprocess.DEVNULL,
@@ -290,8 +304,8 @@ def run_cli(*argv: str, workdir: Path, timeout_s: float = WAIT_S) -> "subprocess
     )
 
 
-def _jobs_command(argv: Sequence[str]) -> list[str]:
-    return [str(JOBS), "--topology", TOPOLOGY_SPEC, "local", *argv]
+def _jobs_command(argv: Sequence[str], topology: str) -> list[str]:
+    return [str(JOBS), "--topology", topology, "local", *argv]
 
 
 def _child_environment(**extra: str) -> dict[str, str]:

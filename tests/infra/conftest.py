@@ -1,6 +1,6 @@
 """One synth of the project's app per test session, with cdk-nag enforcing as in `make synth`.
 
-``stream_synthesized`` is a second one, of a topology with stream rules (the project's has none),
+``stream_synthesized`` is a second one, of a topology with stream rules on one of two tables,
 built only in sessions that ask for it.
 """
 

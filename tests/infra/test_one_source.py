@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from conveyor import outputs, relay_mapping
+from conveyor import checkpoints, outputs, relay_mapping
 from conveyor.local.provision import event_source_settings, relay_dlq_attributes
 from conveyor.relay_settings import OUTBOX_SOURCE
 from functions.topology import TOPOLOGY
@@ -142,12 +142,23 @@ def test_local_stream_poller_settings_match_the_stack(stream_synthesized: Synthe
     assert deployed == relay_mapping.mapping_properties()
 
 
-def test_local_audit_table_matches_the_stack(synthesized: Synthesized, aws: Aws) -> None:
-    deployed = synthesized.properties(synthesized.output_ref(outputs.OPS_AUDIT_TABLE))
-    local = aws.dynamodb.describe_table(TableName=aws.provisioned.audit_table)["Table"]
+def assert_same_table(aws: Aws, local_name: str, deployed: dict[str, Any]) -> None:
+    """The local table has the deployed one's key, attribute definitions and TTL."""
+    local = aws.dynamodb.describe_table(TableName=local_name)["Table"]
     assert local["KeySchema"] == deployed["KeySchema"]
     assert local["AttributeDefinitions"] == deployed["AttributeDefinitions"]
-    ttl = aws.dynamodb.describe_time_to_live(TableName=aws.provisioned.audit_table)["TimeToLiveDescription"]
+    ttl = aws.dynamodb.describe_time_to_live(TableName=local_name)["TimeToLiveDescription"]
     assert {"AttributeName": ttl["AttributeName"], "Enabled": ttl["TimeToLiveStatus"] == "ENABLED"} == deployed[
         "TimeToLiveSpecification"
     ]
+
+
+def test_local_audit_table_matches_the_stack(synthesized: Synthesized, aws: Aws) -> None:
+    deployed = synthesized.properties(synthesized.output_ref(outputs.OPS_AUDIT_TABLE))
+    assert_same_table(aws, aws.provisioned.audit_table, deployed)
+
+
+def test_local_checkpoints_table_matches_the_stack(synthesized: Synthesized, aws: Aws) -> None:
+    """The table the workers are told about (CONVEYOR_CHECKPOINTS_TABLE) is the one provisioned locally."""
+    deployed = synthesized.properties(synthesized.table(checkpoints.KEY))
+    assert_same_table(aws, aws.provisioned.checkpoints_table, deployed)

@@ -1,7 +1,7 @@
 """The stream relays as deployed: the outbox table, each relay's mapping, role, environment and alarms.
 
-``synthesized`` is the project's app (the outbox relay only: its topology has no stream rules);
-``stream_synthesized`` adds a stream rule on ``orders``, so a second relay reads that table.
+``synthesized`` is the project's app (the outbox relay, and one for ``orders``, which its stream
+rule reads); ``stream_synthesized`` has a stream rule on ``orders`` and a table no rule reads.
 """
 
 import json
@@ -14,6 +14,7 @@ from aws_cdk.assertions import Match
 
 from conveyor import limits, naming, outbox, outputs, relay_mapping
 from conveyor.relay_settings import OUTBOX_SOURCE, RelaySettings
+from functions.orders import ORDERS_TABLE as PROJECT_ORDERS
 from infra.app import LOG_RETENTION_CONTEXT, PREFIX_CONTEXT, project_context
 from infra.outbox_relay import (
     HANDLER,
@@ -78,15 +79,15 @@ def test_only_tables_a_stream_rule_reads_have_a_stream(stream_synthesized: Synth
     assert stream_synthesized.relay_sources() == {OUTBOX_SOURCE, ORDERS.name}
 
 
-def test_project_without_stream_rules_has_the_outbox_relay_only(synthesized: Synthesized) -> None:
-    assert synthesized.topology.streamed_tables() == ()
-    assert synthesized.relay_sources() == {OUTBOX_SOURCE}
-    streams = [
+def test_project_relays_the_outbox_and_the_table_its_stream_rule_reads(synthesized: Synthesized) -> None:
+    assert synthesized.topology.streamed_tables() == (PROJECT_ORDERS,)
+    assert synthesized.relay_sources() == {OUTBOX_SOURCE, PROJECT_ORDERS.name}
+    streams = {
         logical_id
         for logical_id, table in synthesized.template.find_resources("AWS::DynamoDB::Table").items()
         if "StreamSpecification" in table["Properties"]
-    ]
-    assert streams == [_outbox_table(synthesized)]
+    }
+    assert streams == {_outbox_table(synthesized), synthesized.table(PROJECT_ORDERS.key)}
 
 
 @pytest.mark.parametrize("source", [OUTBOX_SOURCE, ORDERS.name])

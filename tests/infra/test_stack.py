@@ -8,13 +8,16 @@ import pytest
 from aws_cdk.assertions import Capture, Match
 
 from conveyor import limits, naming, outputs
+from conveyor.checkpoints import EXPIRES_AT as CHECKPOINT_TTL
+from conveyor.checkpoints import KEY as CHECKPOINT_KEY
 from conveyor.idempotency import RECORD_KEY as IDEMPOTENCY_KEY
 from conveyor.settings import WorkerSettings
+from functions.orders import ORDERS_TABLE
 from functions.providers.effects import EFFECTS_TABLE
 from functions.providers.effects import KEY_ATTRIBUTE as EFFECTS_KEY
 from functions.topology import TOPOLOGY
 from infra.app import LOG_RETENTION_CONTEXT, POWERTOOLS_LAYER_CONTEXT, PREFIX_CONTEXT, project_context
-from infra.job_queue import DLQ_RETENTION, IDEMPOTENCY_ACTIONS
+from infra.job_queue import CHECKPOINT_ACTIONS, DLQ_RETENTION, IDEMPOTENCY_ACTIONS
 from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME
 from tests.infra.conftest import Synthesized
 
@@ -178,6 +181,7 @@ def test_worker_environment_names_its_own_queue_dlq_and_table(synthesized: Synth
     assert json.loads(settings.queue_url) == {"Ref": ids.queue}
     assert json.loads(settings.dlq_url) == {"Ref": ids.dlq}
     assert json.loads(settings.idempotency_table) == {"Ref": table_id}
+    assert json.loads(settings.checkpoints_table) == {"Ref": synthesized.table(CHECKPOINT_KEY)}
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Conveyor"
     assert variables[naming.table_env(EFFECTS_TABLE.name)] == {"Ref": synthesized.table(EFFECTS_KEY)}
 
@@ -222,7 +226,9 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
     role_id = function["Role"]["Fn::GetAtt"][0]
     log_group_id = function["LoggingConfig"]["LogGroup"]["Ref"]
     table_id = synthesized.table(IDEMPOTENCY_KEY)
+    checkpoints_id = synthesized.table(CHECKPOINT_KEY)
     effects_id = synthesized.table(EFFECTS_KEY)
+    orders_id = synthesized.table(ORDERS_TABLE.key)
     outbox_id = synthesized.output_ref(outputs.OUTBOX_TABLE)
     assert "ManagedPolicyArns" not in synthesized.properties(role_id)
     (statements,) = [
@@ -250,7 +256,9 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
         },
         _arn(ids.dlq): {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"},
         _arn(table_id): set(IDEMPOTENCY_ACTIONS),
+        _arn(checkpoints_id): set(CHECKPOINT_ACTIONS),
         _arn(effects_id): TABLE_READ_WRITE,
+        _arn(orders_id): TABLE_READ_WRITE,
         # Enqueueing through the outbox, alone or in a transaction with the job's own writes.
         _arn(outbox_id): {"dynamodb:PutItem"},
     }
@@ -274,6 +282,13 @@ def test_idempotency_table_is_on_demand_expiring_and_recoverable(synthesized: Sy
     table = synthesized.properties(synthesized.table(IDEMPOTENCY_KEY))
     assert table["BillingMode"] == "PAY_PER_REQUEST"
     assert table["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+
+
+def test_checkpoints_table_is_on_demand_expiring_and_recoverable(synthesized: Synthesized) -> None:
+    table = synthesized.properties(synthesized.table(CHECKPOINT_KEY))
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["TimeToLiveSpecification"] == {"AttributeName": CHECKPOINT_TTL, "Enabled": True}
     assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
 
 

@@ -38,7 +38,7 @@ def test_topology_table_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert header.split()[:3] == ["QUEUE", "JOB", "TYPES"]
     bulk = next(line for line in lines if line.startswith("bulk"))
-    assert bulk.split()[:5] == ["bulk", "deliver_webhook", "1h", "100", "5s"]
+    assert bulk.split()[:5] == ["bulk", "deliver_webhook,generate_report", "1h", "100", "5s"]
 
 
 @pytest.mark.parametrize(

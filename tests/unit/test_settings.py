@@ -4,7 +4,7 @@ from conveyor.settings import WorkerSettings
 
 
 def test_settings_survive_the_trip_through_the_environment() -> None:
-    settings = WorkerSettings(queue="bulk", queue_url="q", dlq_url="d", idempotency_table="t")
+    settings = WorkerSettings(queue="bulk", queue_url="q", dlq_url="d", idempotency_table="t", checkpoints_table="c")
     environment = settings.to_environment()
     assert WorkerSettings.from_environment(environment) == settings
     assert environment["POWERTOOLS_SERVICE_NAME"] == "conveyor"

@@ -5,6 +5,7 @@ what must come of it; the engine runs the platform, shows live progress, and che
 scenario's invariants against what actually happened (outcomes, DLQ contents, effects).
 """
 
+import json
 import logging
 import sys
 import threading
@@ -22,6 +23,7 @@ from conveyor.local.provision import Provisioned
 from conveyor.local.runtime import LocalRuntime
 from conveyor.metrics import COUNTS
 from conveyor.outcomes import JobOutcome, Kind
+from conveyor.relay import RELAY_SOURCE, SEQUENCE_NUMBER
 from conveyor.settings import SERVICE_NAME
 from conveyor.stats import JobStats, percentile, read_stats, render_stats
 
@@ -34,6 +36,10 @@ DRAIN_GRACE_S = 5.0
 # Without a terminal, print progress this often instead of redrawing it.
 PLAIN_PROGRESS_EVERY_S = 5.0
 PERCENTILES = (50, 95, 99)
+# Lambda's on-failure records carry no reason attribute: their condition, with this prefix, stands in.
+ON_FAILURE_PREFIX = "on-failure: "
+UNREADABLE_RELAY_DEAD_LETTER = "<unreadable>"
+RELAY_BODY_PREVIEW_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,8 @@ class Observed:
 
     outcomes: list[JobOutcome] = field(default_factory=list)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    # What the stream relays left in the relay DLQ: their own poison records and Lambda's on-failure records.
+    relay_dead_letters: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, outcome: JobOutcome) -> None:
@@ -73,10 +81,38 @@ class Observed:
     def dead_letter_reasons(self) -> Counter[str]:
         return Counter(_attribute(message, attrs.REASON) or "<none>" for message in self.dead_letters)
 
+    def relay_dead_letter_reasons(self) -> Counter[str]:
+        return Counter(relay_dead_letter(message).reason for message in self.relay_dead_letters)
+
 
 def _attribute(message: dict[str, Any], name: str) -> str | None:
     value = message.get("MessageAttributes", {}).get(name)
     return value["StringValue"] if value else None
+
+
+@dataclass(frozen=True)
+class RelayDeadLetter:
+    """One relay DLQ message in brief: why it is there and which stream records it stands for."""
+
+    reason: str
+    detail: str
+
+
+def relay_dead_letter(message: dict[str, Any]) -> RelayDeadLetter:
+    """The relay's own poison record (the whole record, a reason attribute) or Lambda's on-failure record (metadata)."""
+    reason = _attribute(message, attrs.REASON)
+    if reason is not None:
+        where = f"{_attribute(message, RELAY_SOURCE)} stream, sequence number {_attribute(message, SEQUENCE_NUMBER)}"
+        return RelayDeadLetter(reason, f"{where}: {_attribute(message, attrs.ERROR)}")
+    try:
+        document = json.loads(message["Body"])
+        condition, batch = document["requestContext"]["condition"], document["DDBStreamBatchInfo"]
+        records = f"sequence numbers {batch['startSequenceNumber']} to {batch['endSequenceNumber']}"
+    except (ValueError, KeyError, TypeError):
+        return RelayDeadLetter(UNREADABLE_RELAY_DEAD_LETTER, message["Body"][:RELAY_BODY_PREVIEW_CHARS])
+    return RelayDeadLetter(
+        ON_FAILURE_PREFIX + condition, f"{batch['batchSize']} records of shard {batch['shardId']}, {records}"
+    )
 
 
 @dataclass(frozen=True)
@@ -107,20 +143,20 @@ def queue_depth(sqs: Any, url: str) -> QueueDepth:
 
 
 def read_dead_letters(sqs: Any, provisioned: Provisioned) -> list[dict[str, Any]]:
-    """Every DLQ message, left in place: each is received once, then made visible again."""
-    letters: list[dict[str, Any]] = []
-    for queue in provisioned.queues.values():
-        received: dict[str, dict[str, Any]] = {}
-        while batch := sqs.receive_message(
-            QueueUrl=queue.dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=60, MessageAttributeNames=["All"]
-        ).get("Messages", []):
-            received.update((message["MessageId"], message) for message in batch)
-        for message in received.values():
-            sqs.change_message_visibility(
-                QueueUrl=queue.dlq_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
-            )
-        letters.extend(received.values())
-    return letters
+    """Every job DLQ message, left in place."""
+    return [message for queue in provisioned.queues.values() for message in _peek_all(sqs, queue.dlq_url)]
+
+
+def _peek_all(sqs: Any, url: str) -> list[dict[str, Any]]:
+    """Every message on ``url``, left in place: each is received once, then made visible again."""
+    received: dict[str, dict[str, Any]] = {}
+    while batch := sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60, MessageAttributeNames=["All"]
+    ).get("Messages", []):
+        received.update((message["MessageId"], message) for message in batch)
+    for message in received.values():
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+    return list(received.values())
 
 
 class Progress:
@@ -203,6 +239,9 @@ def report(observed: Observed, stats: list[JobStats], invariants: list[Invariant
     out.write("\nDLQ entries by reason\n")
     for reason, count in observed.dead_letter_reasons().most_common():
         out.write(f"  {count:>5}  {reason}\n")
+    out.write("\nRelay DLQ entries (stream records the relays could not turn into jobs)\n")
+    for letter in map(relay_dead_letter, observed.relay_dead_letters):
+        out.write(f"  {letter.reason}  {letter.detail}\n")
     if latencies:
         points = ", ".join(f"p{pct} {percentile(latencies, pct) or 0:.2f}s" for pct in PERCENTILES)
         out.write(f"\nEnqueue to done: {points} over {len(latencies)} jobs\n")
@@ -277,6 +316,7 @@ def run_demo(
         finally:
             runtime.drain(grace_s=DRAIN_GRACE_S)
     observed.dead_letters = read_dead_letters(runtime.sqs, runtime.provisioned)
+    observed.relay_dead_letters = _peek_all(runtime.sqs, runtime.provisioned.relay_dlq_url)
     drained = settled(runtime)
     stats = read_stats(
         runtime.cloudwatch,

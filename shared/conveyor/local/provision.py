@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from conveyor import limits, naming
+from conveyor import checkpoints, limits, naming
 from conveyor.declarations import Queue, Topology
 from conveyor.idempotency import RECORD_KEY, RECORD_TTL
 from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
@@ -34,6 +34,7 @@ class Provisioned:
 
     queues: dict[str, ProvisionedQueue]
     idempotency_table: str
+    checkpoints_table: str
     tables: dict[str, str]
     audit_table: str
     event_sources_table: str
@@ -49,6 +50,7 @@ class Provisioned:
             queue_url=provisioned.url,
             dlq_url=provisioned.dlq_url,
             idempotency_table=self.idempotency_table,
+            checkpoints_table=self.checkpoints_table,
         )
 
     def table_environment(self) -> dict[str, str]:
@@ -122,6 +124,8 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
         queues[queue.name] = ProvisionedQueue(name=queue.name, url=url, arn=_arn(sqs, url), dlq_url=dlq_url)
     idempotency = naming.table_name(naming.IDEMPOTENCY_TABLE, prefix=prefix)
     _create_table(dynamodb, idempotency, key=RECORD_KEY, ttl_attribute=RECORD_TTL)
+    checkpoints_table = naming.table_name(naming.CHECKPOINTS_TABLE, prefix=prefix)
+    _create_table(dynamodb, checkpoints_table, key=checkpoints.KEY, ttl_attribute=checkpoints.EXPIRES_AT)
     tables = {}
     streamed = {table.name for table in topology.streamed_tables()}
     streams = {}
@@ -150,6 +154,7 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
     return Provisioned(
         queues=queues,
         idempotency_table=idempotency,
+        checkpoints_table=checkpoints_table,
         tables=tables,
         audit_table=audit,
         event_sources_table=event_sources,

@@ -26,6 +26,10 @@ moto workaround: an ``update_item`` that creates an item makes moto emit two INS
 the first with only the key, where DynamoDB emits one. An INSERT whose NewImage is just its
 Keys, followed by an INSERT of the same keys, is dropped; a read that ends with such a record
 holds it back until the next read shows what follows it.
+
+moto workaround: a canceled TransactWriteItems puts back a copy of every table it touched, so
+an iterator opened before it reads a stream that nothing is written to any more. A read that
+returns nothing drops its iterator; the next read opens one after the checkpoint.
 """
 
 import base64
@@ -280,6 +284,8 @@ class StreamPoller:
         shard.iterator = response.get("NextShardIterator")
         shard.ended = shard.iterator is None
         fresh: list[dict[str, Any]] = response["Records"]
+        if not fresh and not shard.ended:
+            shard.iterator = None  # see the moto workaround above: the next read reopens after the checkpoint
         records = [*shard.held, *fresh]
         shard.held = records[-1:] if fresh and not shard.ended and _key_only_insert(records[-1]) else []
         return records[: len(records) - len(shard.held)]
