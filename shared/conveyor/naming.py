@@ -38,8 +38,17 @@ AUDIT_TABLE = "ops-audit"
 LOCAL_EVENT_SOURCES_TABLE = "local-event-sources"
 LEASES_TABLE = "leases"
 CHECKPOINTS_TABLE = "checkpoints"
+SCHEDULE_RUNS_TABLE = "schedule-runs"
 OWN_TABLES = frozenset(
-    {IDEMPOTENCY_TABLE, OUTBOX_TABLE, AUDIT_TABLE, LOCAL_EVENT_SOURCES_TABLE, LEASES_TABLE, CHECKPOINTS_TABLE}
+    {
+        IDEMPOTENCY_TABLE,
+        OUTBOX_TABLE,
+        AUDIT_TABLE,
+        LOCAL_EVENT_SOURCES_TABLE,
+        LEASES_TABLE,
+        CHECKPOINTS_TABLE,
+        SCHEDULE_RUNS_TABLE,
+    }
 )
 # The relay DLQ is "<prefix>-relay-dlq", which a queue named "relay" would also claim for its DLQ.
 RELAY_DLQ = "relay-dlq"

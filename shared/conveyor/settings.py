@@ -18,6 +18,8 @@ _ENV_NAMES = {
     "dlq_url": "CONVEYOR_DLQ_URL",
     "idempotency_table": "CONVEYOR_IDEMPOTENCY_TABLE",
     "checkpoints_table": "CONVEYOR_CHECKPOINTS_TABLE",
+    "schedule_runs_table": "CONVEYOR_SCHEDULE_RUNS_TABLE",
+    "leases_table": "CONVEYOR_LEASES_TABLE",
 }
 
 
@@ -28,6 +30,8 @@ class WorkerSettings:
     dlq_url: str
     idempotency_table: str
     checkpoints_table: str
+    schedule_runs_table: str
+    leases_table: str
 
     def to_environment(self) -> dict[str, str]:
         environment = {_ENV_NAMES[f.name]: getattr(self, f.name) for f in fields(self)}

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from conveyor import checkpoints, limits, naming
+from conveyor import checkpoints, lease, limits, naming, schedule_runs
 from conveyor.declarations import Queue, Topology
 from conveyor.idempotency import RECORD_KEY, RECORD_TTL
 from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
@@ -35,6 +35,8 @@ class Provisioned:
     queues: dict[str, ProvisionedQueue]
     idempotency_table: str
     checkpoints_table: str
+    schedule_runs_table: str
+    leases_table: str
     tables: dict[str, str]
     audit_table: str
     event_sources_table: str
@@ -51,6 +53,8 @@ class Provisioned:
             dlq_url=provisioned.dlq_url,
             idempotency_table=self.idempotency_table,
             checkpoints_table=self.checkpoints_table,
+            schedule_runs_table=self.schedule_runs_table,
+            leases_table=self.leases_table,
         )
 
     def table_environment(self) -> dict[str, str]:
@@ -126,6 +130,11 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
     _create_table(dynamodb, idempotency, key=RECORD_KEY, ttl_attribute=RECORD_TTL)
     checkpoints_table = naming.table_name(naming.CHECKPOINTS_TABLE, prefix=prefix)
     _create_table(dynamodb, checkpoints_table, key=checkpoints.KEY, ttl_attribute=checkpoints.EXPIRES_AT)
+    schedule_runs_table = naming.table_name(naming.SCHEDULE_RUNS_TABLE, prefix=prefix)
+    _create_table(dynamodb, schedule_runs_table, key=schedule_runs.KEY, ttl_attribute=schedule_runs.EXPIRES_AT)
+    # No TTL on leases: deleting an item would restart its fencing token (conveyor.lease).
+    leases_table = naming.table_name(naming.LEASES_TABLE, prefix=prefix)
+    _create_table(dynamodb, leases_table, key=lease.KEY, ttl_attribute=None)
     tables = {}
     streamed = {table.name for table in topology.streamed_tables()}
     streams = {}
@@ -155,6 +164,8 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
         queues=queues,
         idempotency_table=idempotency,
         checkpoints_table=checkpoints_table,
+        schedule_runs_table=schedule_runs_table,
+        leases_table=leases_table,
         tables=tables,
         audit_table=audit,
         event_sources_table=event_sources,

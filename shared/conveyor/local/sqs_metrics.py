@@ -17,6 +17,8 @@ PUBLISH_EVERY_S = 60.0
 NAMESPACE = "AWS/SQS"
 METRIC = "ApproximateAgeOfOldestMessage"
 MILLISECONDS = 1000
+# Datapoints per PutMetricData call: well under the API's 1,000, and one call covers most topologies.
+PUT_BATCH = 20
 
 
 def oldest_ages(now: datetime) -> dict[str, float]:
@@ -58,8 +60,8 @@ class SqsMetricsPublisher:
             }
             for name, age in oldest_ages(at).items()
         ]
-        for start in range(0, len(data), 20):  # a conservative batch; PutMetricData takes up to 1000
-            self._cloudwatch.put_metric_data(Namespace=NAMESPACE, MetricData=data[start : start + 20])
+        for start in range(0, len(data), PUT_BATCH):
+            self._cloudwatch.put_metric_data(Namespace=NAMESPACE, MetricData=data[start : start + PUT_BATCH])
 
     def _run(self) -> None:
         while True:
