@@ -21,6 +21,11 @@ DURATION = "Duration"
 SUCCEEDED = "Succeeded"
 RETRIED = "Retried"
 DEAD_LETTERED = "DeadLettered"
+# The dead man's switch: the worker writes 1 per successful scheduled run (per shard), with the
+# one dimension `schedule` = the declared schedule's name. The stack alarms per schedule when the
+# sum stays below 1, on exactly {schedule}: add no other.
+SCHEDULE_SUCCEEDED = "ScheduleSucceeded"
+SCHEDULE_DIMENSION = "schedule"
 COUNTS = {
     Kind.SUCCEEDED: SUCCEEDED,
     Kind.DUPLICATE: "Duplicate",
@@ -35,6 +40,20 @@ MILLISECONDS = 1000.0
 Dimensions = tuple[tuple[str, str], ...]
 
 
+# Powertools adds a `service` dimension to every document when a service is named (as
+# POWERTOOLS_SERVICE_NAME does on Lambda). Alarms and `jobs stats` match a metric's dimension set
+# exactly, so Conveyor's metrics carry only the dimensions named here; an empty service adds none.
+NO_SERVICE_DIMENSION = ""
+
+
+def metric_set(dimensions: Dimensions) -> EphemeralMetrics:
+    """A buffer of metrics with exactly ``dimensions``: every Conveyor metric is written through one."""
+    metrics = EphemeralMetrics(namespace=METRICS_NAMESPACE, service=NO_SERVICE_DIMENSION)
+    for key, value in dimensions:
+        metrics.add_dimension(name=key, value=value)
+    return metrics
+
+
 def _ms(start: datetime, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds() * MILLISECONDS)
 
@@ -47,8 +66,7 @@ class JobMetrics:
     ``finally`` so that metrics leave even a failed invocation.
     """
 
-    def __init__(self, namespace: str = METRICS_NAMESPACE) -> None:
-        self._namespace = namespace
+    def __init__(self) -> None:
         self._sets: dict[Dimensions, EphemeralMetrics] = {}
         self._lock = threading.Lock()
 
@@ -68,9 +86,7 @@ class JobMetrics:
     def _add(self, dimensions: Dimensions, name: str, unit: MetricUnit, value: float) -> None:
         metrics = self._sets.get(dimensions)
         if metrics is None:
-            metrics = self._sets[dimensions] = EphemeralMetrics(namespace=self._namespace)
-            for key, dimension_value in dimensions:
-                metrics.add_dimension(name=key, value=dimension_value)
+            metrics = self._sets[dimensions] = metric_set(dimensions)
         metrics.add_metric(name=name, unit=unit, value=value)
 
     def flush(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import boto3
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import (
     DynamoDBRecord,
@@ -35,10 +35,11 @@ from conveyor.dead_letter import truncate
 from conveyor.declarations import DeclarationError, Queue, StreamImage, StreamRule, Topology
 from conveyor.envelope import MAX_ID_LENGTH, Correlation, parse_envelope
 from conveyor.errors import ContractError
+from conveyor.metrics import metric_set
 from conveyor.producer import JOB_ID_PATTERN, JobClient, JobRequest, PreparedJob, chunks
 from conveyor.reasons import Reason
 from conveyor.relay_settings import OUTBOX_SOURCE, RelaySettings
-from conveyor.settings import METRICS_NAMESPACE, SERVICE_NAME
+from conveyor.settings import SERVICE_NAME
 from conveyor.tracing import tracer
 
 logger = Logger(service=SERVICE_NAME)
@@ -246,8 +247,7 @@ class Relay:
         return {failure["Id"] for failure in failures}
 
     def _publish_metrics(self, *, relayed: int, poisoned: int, failed: int) -> None:
-        metrics = EphemeralMetrics(namespace=METRICS_NAMESPACE)
-        metrics.add_dimension(name=SOURCE_DIMENSION, value=self._settings.source)
+        metrics = metric_set(((SOURCE_DIMENSION, self._settings.source),))
         for name, value in ((RELAYED, relayed), (POISONED, poisoned), (FAILED, failed)):
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
         metrics.flush_metrics()

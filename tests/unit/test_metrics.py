@@ -105,3 +105,20 @@ def test_duplicates_are_counted(critical: QueueDriver, capsys: pytest.CaptureFix
     base = (("queue", "critical"), ("job_type", "charge_order"))
     assert values[("Succeeded", base)] == [1.0]
     assert values[("Duplicate", base)] == [1.0]
+
+
+def test_dimensions_stay_exactly_as_declared_under_the_lambda_service_name(
+    critical: QueueDriver, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Lambda, POWERTOOLS_SERVICE_NAME is set; Powertools would add a `service` dimension that
+    no alarm, dashboard or `jobs stats` query names, leaving them all blind."""
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "conveyor")
+    critical.send(charge("o-1"))
+    capsys.readouterr()
+    critical.run(*critical.receive())
+    documents = emf_documents(capsys.readouterr().out)
+    assert documents
+    assert all(
+        document["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0] in ALLOWED_DIMENSION_SETS for document in documents
+    )
+    assert not any("service" in document for document in documents)
