@@ -14,16 +14,22 @@ Then orders, charged through the stream relays rather than sent to SQS by their 
   refused with no second job;
 - orders written as rows only (status NEW), charged through the stream rule;
 - one malformed outbox item from a foreign producer, which must land in the relay DLQ.
+
+Before all that, while the queues are idle, the schedules fire from the scheduler emulator on
+a clock the demo moves (``ScheduleDemo``): two nights of the nightly report and the sharded
+sweeps in between run, the next four nights fall in a simulated outage, and the night after it
+finds them missing and applies each schedule's policy; the run audit must account for every
+occurrence once.
 """
 
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 from conveyor import naming
@@ -31,12 +37,21 @@ from conveyor.envelope import Envelope, new_job_id
 from conveyor.errors import TransactionConditionError
 from conveyor.local.demo import Invariant, Observed, queue_depth
 from conveyor.local.runtime import LocalRuntime
+from conveyor.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED
 from conveyor.outcomes import Kind
 from conveyor.producer import JobClient, JobRequest
 from conveyor.reasons import Reason
+from conveyor.schedule_runs import CAUGHT_UP, RunStatus, ScheduleRuns, occurrence_job_id, shards_of
+from conveyor.schedules import Occurrence, Schedule, apply_missed_policy, next_occurrence, occurrences
+from conveyor.settings import METRICS_NAMESPACE
+from functions.jobs.summarize_day import effect_key as summary_effect
+from functions.jobs.summarize_day import summarize_day
+from functions.jobs.sweep_accounts import effect_key as sweep_effect
+from functions.jobs.sweep_accounts import sweep_accounts
 from functions.orders import CHARGE_NEW_ORDERS, NEW, ORDER_ID, ORDERS_TABLE, Order, place_order
 from functions.providers import email, payments, webhooks
 from functions.providers.effects import EFFECTS_TABLE, KEY_ATTRIBUTE, EffectsLedger
+from functions.topology import NIGHTLY_REPORT
 
 JOBS_PER_TYPE = 200
 # Every n-th job gets a fault or a duplicate; the remainders keep the sets apart.
@@ -58,6 +73,24 @@ ORDER_CURRENCY = "EUR"
 # order to be charged and the relay DLQ to fill, polling at this interval.
 RELAY_WAIT_S = 60.0
 RELAY_POLL_S = 0.5
+# The schedules' timeline, in nights of the nightly report: these fire, then these are missed, then one more fires.
+NIGHTS_BEFORE_OUTAGE = 2
+NIGHTS_MISSED = 4
+# Each step of the emulator's clock waits at most this long for the runs it fired, polling at this interval.
+SCHEDULE_WAIT_S = 30.0
+SCHEDULE_POLL_S = 0.1
+# A step moves the clock this far past an occurrence: past every shard's flexible window, so all are due.
+WINDOW_MARGIN = timedelta(minutes=1)
+# Metrics are read back over the run, with this margin (EMF timestamps come from the workers' clocks), per period.
+METRIC_MARGIN = timedelta(minutes=1)
+METRIC_PERIOD = timedelta(minutes=1)
+# Where the emulator's occurrences start: (started_at - this, ...] includes the start itself.
+JUST_BEFORE = timedelta(microseconds=1)
+# The effect each scheduled job records, by schedule job type: its key is the job id.
+SCHEDULED_EFFECTS: dict[str, Callable[[str], str]] = {
+    summarize_day.name: summary_effect,
+    sweep_accounts.name: sweep_effect,
+}
 
 
 class Placed(StrEnum):
@@ -95,10 +128,207 @@ class Plan:
             self.dead_letters[dead.value] += 1
 
 
+# (schedule, scheduled time, shard) -> (status, reason): the run audit's rows, as read or as they must be.
+AuditRows = dict[tuple[str, datetime, int | None], tuple[RunStatus, str | None]]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Where the emulator's clock went: from ``started_at`` to ``until``, sending nothing during the outage."""
+
+    started_at: datetime
+    outage_from: datetime
+    outage_until: datetime
+    until: datetime
+
+    def in_outage(self, moment: datetime) -> bool:
+        return self.outage_from < moment <= self.outage_until
+
+    def expected_rows(self, schedules: Sequence[Schedule]) -> AuditRows:
+        """Every occurrence since the start once: succeeded, or what the schedule's policy makes of the outage's."""
+        rows: AuditRows = {}
+        for schedule in schedules:
+            every = occurrences(schedule, self.started_at - JUST_BEFORE, self.until, anchor=self.started_at)
+            plan = apply_missed_policy(schedule, [moment for moment in every if self.in_outage(moment)])
+            status: dict[datetime, tuple[RunStatus, str | None]] = dict.fromkeys(every, (RunStatus.SUCCEEDED, None))
+            status |= dict.fromkeys(plan.to_enqueue, (RunStatus.SUCCEEDED, CAUGHT_UP))
+            status |= dict.fromkeys(plan.to_record_missed, (RunStatus.MISSED, schedule.missed.reason))
+            rows |= {(schedule.name, t, shard): row for t, row in status.items() for shard in shards_of(schedule)}
+        return rows
+
+
+class ScheduleDemo:
+    """The schedules, fired by the emulator on a clock the demo moves from occurrence to occurrence.
+
+    Each step waits until the runs it fired are recorded: in production occurrences are hours
+    apart, and a run must have claimed its occurrence before the next one looks for missed ones.
+    """
+
+    def __init__(self) -> None:
+        self.timeline: Timeline | None = None
+        self._runtime: LocalRuntime | None = None
+        self._began = datetime.now(UTC)  # reset by produce: where the metrics are read from
+
+    @property
+    def runtime(self) -> LocalRuntime:
+        assert self._runtime is not None, "produce has not run"
+        return self._runtime
+
+    @cached_property
+    def audit(self) -> ScheduleRuns:
+        return ScheduleRuns(
+            self.runtime.dynamodb, self.runtime.provisioned.schedule_runs_table, clock=lambda: datetime.now(UTC)
+        )
+
+    @property
+    def schedules(self) -> tuple[Schedule, ...]:
+        return self.runtime.topology.schedules
+
+    def produce(self, runtime: LocalRuntime) -> None:
+        self._runtime = runtime
+        self._began = datetime.now(UTC)
+        scheduler = runtime.scheduler
+        scheduler.clock.freeze()  # from here on, only the demo moves it
+        start = scheduler.started_at
+        nights = occurrences(NIGHTLY_REPORT, start, start + timedelta(days=NIGHTS_BEFORE_OUTAGE + NIGHTS_MISSED + 2))
+        last_before, last_missed, after = (
+            nights[NIGHTS_BEFORE_OUTAGE - 1],
+            nights[NIGHTS_BEFORE_OUTAGE + NIGHTS_MISSED - 1],
+            nights[NIGHTS_BEFORE_OUTAGE + NIGHTS_MISSED],
+        )
+        # Each step leaves the clock an occurrence's margin past it: there the outage begins, and ends.
+        timeline = Timeline(
+            start, outage_from=last_before + self._margin, outage_until=last_missed + self._margin, until=after
+        )
+        self._fire_until(last_before, timeline)
+        scheduler.pause()
+        scheduler.clock.set(timeline.outage_until)
+        scheduler.resume()
+        self._fire_until(after, timeline)
+        self.timeline = timeline
+        self._wait_for(partial(self._rows_are, timeline.expected_rows(self.schedules)))
+
+    def _rows_are(self, expected: AuditRows) -> bool:
+        return self._rows() == expected
+
+    @property
+    def _margin(self) -> timedelta:
+        return max(schedule.flexible_window or timedelta(0) for schedule in self.schedules) + WINDOW_MARGIN
+
+    def _fire_until(self, last: datetime, timeline: Timeline) -> None:
+        """Step the clock through each occurrence up to ``last``, waiting each time for what is due to succeed."""
+        scheduler = self.runtime.scheduler
+        while True:
+            due = min(filter(None, (next_occurrence(s, scheduler.clock()) for s in self.schedules)), default=None)
+            if due is None or due > last:
+                return
+            scheduler.clock.set(due + self._margin)
+            scheduler.tick()
+            wanted = {
+                (schedule.name, moment, shard)
+                for schedule in self.schedules
+                for moment in occurrences(schedule, timeline.started_at - JUST_BEFORE, due)
+                if not timeline.in_outage(moment)
+                for shard in shards_of(schedule)
+            }
+            self._wait_for(partial(self._succeeded, wanted))
+
+    def _succeeded(self, runs: set[tuple[str, datetime, int | None]]) -> bool:
+        rows = self._rows()
+        return all(rows.get(run, (None, None))[0] is RunStatus.SUCCEEDED for run in runs)
+
+    def _rows(self) -> AuditRows:
+        return {
+            (r.occurrence.schedule, r.occurrence.scheduled_time, r.occurrence.shard): (r.status, r.reason)
+            for schedule in self.schedules
+            for r in self.audit.runs(schedule.name)
+        }
+
+    def check(self, ledger: EffectsLedger) -> list[Invariant]:
+        assert self.timeline is not None, "produce has not run"
+        rows = self._rows()
+        return [
+            self._accounted_once(rows, self.timeline.expected_rows(self.schedules)),
+            self._ran_once(rows, ledger),
+            self._metric_matches(rows),
+        ]
+
+    def _accounted_once(self, rows: AuditRows, expected: AuditRows) -> Invariant:
+        wrong = [
+            f"{occurrence_job_id(Occurrence(*key))}: {rows.get(key)}, not {want}"
+            for key, want in expected.items()
+            if rows.get(key) != want
+        ]
+        wrong += [f"unexpected row {key}" for key in rows.keys() - expected.keys()]
+        by_kind = Counter(
+            (schedule, status.value + (f" {reason}" if reason else ""))
+            for (schedule, _, _), (status, reason) in rows.items()
+        )
+        found = "; ".join(
+            f"{schedule.name}: "
+            + ", ".join(f"{count} {kind}" for (name, kind), count in sorted(by_kind.items()) if name == schedule.name)
+            for schedule in self.schedules
+        )
+        return Invariant(
+            "the run audit accounts once for every occurrence since the emulator started: succeeded, caught up within "
+            "max_runs, or missed with the policy's reason",
+            not wrong,
+            "; ".join([found, *wrong[:3]]),
+        )
+
+    def _ran_once(self, rows: AuditRows, ledger: EffectsLedger) -> Invariant:
+        """Read from the effects table: each succeeded row's job (each shard's) ran once; no missed one ran."""
+        wrong = []
+        for (name, moment, shard), (status, _) in rows.items():
+            schedule = next(s for s in self.schedules if s.name == name)
+            job_id = occurrence_job_id(Occurrence(name, moment, shard))
+            effect = ledger.get(SCHEDULED_EFFECTS[schedule.job](job_id))
+            ran = (effect.calls, effect.applied) if effect else (0, 0)
+            if ran != ((1, 1) if status is RunStatus.SUCCEEDED else (0, 0)):
+                wrong.append(f"{job_id} called {ran[0]}x, applied {ran[1]}x")
+        succeeded = Counter(name for (name, _, _), (status, _) in rows.items() if status is RunStatus.SUCCEEDED)
+        found = ", ".join(f"{count} {name} jobs applied once" for name, count in succeeded.items())
+        return Invariant(
+            "each occurrence's job ran once per shard, and no missed one ran (read from the effects table)",
+            not wrong,
+            "; ".join([found, *wrong[:3]]),
+        )
+
+    def _metric_matches(self, rows: AuditRows) -> Invariant:
+        """The dead man's switch's metric, read back from the embedded CloudWatch: one per succeeded row."""
+        succeeded = Counter(name for (name, _, _), (status, _) in rows.items() if status is RunStatus.SUCCEEDED)
+        metric = {schedule.name: self._metric_sum(schedule.name) for schedule in self.schedules}
+        return Invariant(
+            f"{SCHEDULE_SUCCEEDED} (the dead man's switch's metric) counts every succeeded run once",
+            metric == {schedule.name: succeeded[schedule.name] for schedule in self.schedules},
+            ", ".join(f"{name} {value}" for name, value in metric.items()),
+        )
+
+    def _metric_sum(self, schedule: str) -> int:
+        datapoints = self.runtime.cloudwatch.get_metric_statistics(
+            Namespace=METRICS_NAMESPACE,
+            MetricName=SCHEDULE_SUCCEEDED,
+            Dimensions=[{"Name": SCHEDULE_DIMENSION, "Value": schedule}],
+            StartTime=self._began - METRIC_MARGIN,
+            EndTime=datetime.now(UTC) + METRIC_MARGIN,
+            Period=int(METRIC_PERIOD.total_seconds()),
+            Statistics=["Sum"],
+        )["Datapoints"]
+        return int(sum(point["Sum"] for point in datapoints))
+
+    @staticmethod
+    def _wait_for(condition: Callable[[], bool]) -> None:
+        """Poll until ``condition`` holds or SCHEDULE_WAIT_S passed; if it never does, the invariants say why."""
+        deadline = time.monotonic() + SCHEDULE_WAIT_S
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(SCHEDULE_POLL_S)
+
+
 class ExampleScenario:
     def __init__(self, jobs_per_type: int = JOBS_PER_TYPE) -> None:
         self.jobs_per_type = jobs_per_type
         self.plan = Plan()
+        self.schedules = ScheduleDemo()
         self._runtime: LocalRuntime | None = None
 
     @property
@@ -114,6 +344,7 @@ class ExampleScenario:
 
     def produce(self, runtime: LocalRuntime) -> None:
         self._runtime = runtime
+        self.schedules.produce(runtime)
         client = JobClient(
             runtime.topology,
             sqs_client=runtime.sqs,
@@ -254,6 +485,7 @@ class ExampleScenario:
             self._orders_charged_once(),
             self._placements_refused(),
             self._relay_dead_letters(observed),
+            *self.schedules.check(self.ledger),
         ]
 
     def _jobs_finished(self, observed: Observed) -> Invariant:

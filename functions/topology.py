@@ -1,19 +1,40 @@
-"""This project's queues and job types. The stack, the worker and the `jobs` CLI all read them.
+"""This project's queues, job types and schedules. The stack, the worker and the `jobs` CLI all read them.
 
 Three queues keep unlike work apart: `critical` has its own reserved capacity and a tight
 age objective, so a flood of `bulk` work can never delay a payment. New `orders` rows with
-status NEW are charged through a stream rule (functions/orders.py).
+status NEW are charged through a stream rule (functions/orders.py). Two schedules run
+periodic work: a nightly report on the Kyiv clock that catches up at most two missed nights,
+and an account sweep split into four shards that skips what it missed.
 """
 
 from datetime import timedelta
 
 from conveyor.declarations import Queue, Topology
+from conveyor.schedules import Schedule, catch_up
 from functions.jobs.charge_order import charge_order
 from functions.jobs.deliver_webhook import deliver_webhook
 from functions.jobs.generate_report import generate_report
 from functions.jobs.send_welcome_email import send_welcome_email
+from functions.jobs.summarize_day import summarize_day
+from functions.jobs.sweep_accounts import sweep_accounts
 from functions.orders import CHARGE_NEW_ORDERS, ORDERS_TABLE
 from functions.providers.effects import EFFECTS_TABLE
+
+NIGHTLY_REPORT = Schedule(
+    "nightly-report",
+    "cron(0 2 * * ? *)",
+    job=summarize_day.name,
+    payload={"report": "orders"},
+    timezone="Europe/Kyiv",
+    missed=catch_up(2),
+)
+SWEEP_ACCOUNTS = Schedule(
+    "sweep-accounts",
+    "cron(0 0/12 * * ? *)",
+    job=sweep_accounts.name,
+    flexible_window=timedelta(minutes=30),
+    shards=4,
+)
 
 TOPOLOGY = Topology(
     queues=(
@@ -35,7 +56,8 @@ TOPOLOGY = Topology(
             max_concurrency=2,
         ),
     ),
-    job_types=(send_welcome_email, charge_order, deliver_webhook, generate_report),
+    job_types=(send_welcome_email, charge_order, deliver_webhook, generate_report, summarize_day, sweep_accounts),
     tables=(EFFECTS_TABLE, ORDERS_TABLE),
     stream_rules=(CHARGE_NEW_ORDERS,),
+    schedules=(NIGHTLY_REPORT, SWEEP_ACCOUNTS),
 )

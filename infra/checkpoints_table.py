@@ -1,22 +1,26 @@
-"""The DynamoDB table behind ``ctx.checkpoint``: long jobs' progress, one item per run."""
+"""The DynamoDB tables workers keep their own state in: checkpoints, schedule runs and leases.
+
+Each is keyed on one string attribute that its runtime module names (``conveyor.checkpoints``,
+``conveyor.schedule_runs``, ``conveyor.lease``), on demand and point-in-time recoverable:
+losing checkpoints restarts long jobs from zero, losing schedule runs forgets which
+occurrences ran, losing leases restarts their fencing tokens.
+"""
 
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from conveyor import checkpoints
 
+class WorkerStateTable(Construct):
+    """A worker state table; ``ttl_attribute`` None for items that must never expire on their own."""
 
-class CheckpointsTable(Construct):
-    """On-demand and TTL-expired; point-in-time recoverable, as losing it would restart long jobs from zero."""
-
-    def __init__(self, scope: Construct, construct_id: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, key: str, ttl_attribute: str | None) -> None:
         super().__init__(scope, construct_id)
         self.table = dynamodb.Table(
             self,
             "Table",
-            partition_key=dynamodb.Attribute(name=checkpoints.KEY, type=dynamodb.AttributeType.STRING),
+            partition_key=dynamodb.Attribute(name=key, type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            time_to_live_attribute=checkpoints.EXPIRES_AT,
+            time_to_live_attribute=ttl_attribute,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),

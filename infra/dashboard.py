@@ -1,4 +1,4 @@
-"""The one CloudWatch dashboard: a block of rows per queue, from each queue's monitoring, then the relays."""
+"""The one CloudWatch dashboard: a block of rows per queue, from each queue's monitoring, the relays, the schedules."""
 
 from collections.abc import Sequence
 
@@ -9,6 +9,7 @@ from constructs import Construct
 from infra.job_metrics import PERIOD
 from infra.outbox_relay import ITERATOR_AGE_THRESHOLD, MILLISECONDS, OutboxRelay
 from infra.queue_monitoring import WIDGET_WIDTH, QueueMonitoring
+from infra.schedules import Schedules
 
 
 class JobsDashboard(Construct):
@@ -39,6 +40,27 @@ class JobsDashboard(Construct):
             cloudwatch.GraphWidget(
                 title="relay DLQ depth",
                 left=[dlq.metric_approximate_number_of_messages_visible(period=PERIOD)],
+                width=WIDGET_WIDTH,
+            ),
+        )
+
+    def add_schedules(self, schedules: Schedules) -> None:
+        """One row: each schedule's successful runs, the state of their alarms, and the schedules DLQ."""
+        self.dashboard.add_widgets(cloudwatch.TextWidget(markdown="## Schedules", width=3 * WIDGET_WIDTH, height=1))
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="schedules: successful runs",
+                left=[metric.with_(label=name) for name, metric in schedules.succeeded.items()],
+                width=WIDGET_WIDTH,
+            ),
+            cloudwatch.AlarmStatusWidget(
+                title="schedules: dead man's switches and DLQ",
+                alarms=[*schedules.dead_mans_alarms.values(), schedules.dlq_alarm],
+                width=WIDGET_WIDTH,
+            ),
+            cloudwatch.GraphWidget(
+                title="schedules DLQ depth",
+                left=[schedules.dlq.metric_approximate_number_of_messages_visible(period=PERIOD)],
                 width=WIDGET_WIDTH,
             ),
         )

@@ -1,5 +1,6 @@
 """One declared queue, deployed: work queue, DLQ, worker function, event source mapping, alarms."""
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from aws_cdk import Acknowledgment, Duration, Validations
@@ -32,12 +33,35 @@ AGE_DATAPOINTS_TO_ALARM = 2
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 # What conveyor.checkpoints calls: read a run's checkpoint, write it (conditionally for a hand-off), delete it.
 CHECKPOINT_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
+# What the scheduled-run audit (conveyor.schedule_runs) calls from a worker: a consistent read of a
+# schedule's state, and conditional updates that create or advance every item (no PutItem). Its
+# scan of a schedule's occurrences is for reports and tests, not workers.
+SCHEDULE_RUN_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem")
+# What conveyor.lease calls: conditional updates to acquire, renew and release (never a put or a
+# delete: the item keeps its fencing token), a consistent read, and the fence in a transaction.
+LEASE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
 # Any dead letter needs a human; the DLQ alarm fires on the first visible message.
 DLQ_DEPTH_THRESHOLD = 0
 
 
 def _duration(value: timedelta) -> Duration:
     return Duration.seconds(int(value.total_seconds()))
+
+
+@dataclass(frozen=True)
+class WorkerTables:
+    """Conveyor's own tables every worker uses; each is granted exactly the actions its module calls."""
+
+    idempotency: dynamodb.ITable
+    checkpoints: dynamodb.ITable
+    schedule_runs: dynamodb.ITable
+    leases: dynamodb.ITable
+
+    def grant_to(self, grantee: iam.IGrantable) -> None:
+        self.idempotency.grant(grantee, *IDEMPOTENCY_ACTIONS)
+        self.checkpoints.grant(grantee, *CHECKPOINT_ACTIONS)
+        self.schedule_runs.grant(grantee, *SCHEDULE_RUN_ACTIONS)
+        self.leases.grant(grantee, *LEASE_ACTIONS)
 
 
 class JobQueue(Construct):
@@ -52,8 +76,7 @@ class JobQueue(Construct):
         prefix: str,
         max_receive_count: int,
         package: WorkerPackage,
-        idempotency_table: dynamodb.ITable,
-        checkpoints_table: dynamodb.ITable,
+        tables: WorkerTables,
         alarm_topic: sns.ITopic,
         log_retention: logs.RetentionDays,
     ) -> None:
@@ -79,7 +102,7 @@ class JobQueue(Construct):
             fifo=declaration.fifo or None,
             dead_letter_queue=sqs.DeadLetterQueue(queue=self.dlq, max_receive_count=max_receive_count),
         )
-        self.function = self._worker(package, idempotency_table, checkpoints_table, log_retention)
+        self.function = self._worker(package, tables, log_retention)
         self.event_source = event_sources.SqsEventSource(
             self.queue,
             batch_size=declaration.batch_size,
@@ -91,11 +114,7 @@ class JobQueue(Construct):
         self._alarms(alarm_topic)
 
     def _worker(
-        self,
-        package: WorkerPackage,
-        idempotency_table: dynamodb.ITable,
-        checkpoints_table: dynamodb.ITable,
-        log_retention: logs.RetentionDays,
+        self, package: WorkerPackage, tables: WorkerTables, log_retention: logs.RetentionDays
     ) -> lambda_.Function:
         declaration = self.declaration
         log_group = logs.LogGroup(self, "WorkerLogs", retention=log_retention)
@@ -122,16 +141,17 @@ class JobQueue(Construct):
                 queue=declaration.name,
                 queue_url=self.queue.queue_url,
                 dlq_url=self.dlq.queue_url,
-                idempotency_table=idempotency_table.table_name,
-                checkpoints_table=checkpoints_table.table_name,
+                idempotency_table=tables.idempotency.table_name,
+                checkpoints_table=tables.checkpoints.table_name,
+                schedule_runs_table=tables.schedule_runs.table_name,
+                leases_table=tables.leases.table_name,
             ).to_environment(),
         )
         # The harness dead-letters with a reason by sending to the DLQ itself, and re-sends
         # snoozed or deferred jobs to its own queue.
         self.dlq.grant_send_messages(function)
         self.queue.grant_send_messages(function)
-        idempotency_table.grant(function, *IDEMPOTENCY_ACTIONS)
-        checkpoints_table.grant(function, *CHECKPOINT_ACTIONS)
+        tables.grant_to(function)
         # Narrowest scope: the policy CDK fills from the grants above and from active tracing.
         Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
             Acknowledgment(

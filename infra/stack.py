@@ -5,18 +5,19 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from conveyor import outputs
+from conveyor import checkpoints, lease, outputs, schedule_runs
 from conveyor.declarations import Topology
 from conveyor.relay_settings import OUTBOX_SOURCE
 from infra.alarm_topic import AlarmTopic
-from infra.checkpoints_table import CheckpointsTable
+from infra.checkpoints_table import WorkerStateTable
 from infra.dashboard import JobsDashboard
 from infra.idempotency_table import IdempotencyTable
-from infra.job_queue import JobQueue
+from infra.job_queue import JobQueue, WorkerTables
 from infra.job_table import JobTable
 from infra.operations import Operations
 from infra.outbox_relay import OutboxRelay, RelayDeadLetterQueue
 from infra.queue_monitoring import QueueMonitoring
+from infra.schedules import Schedules
 from infra.worker_package import WorkerPackage
 
 
@@ -40,7 +41,17 @@ class ConveyorStack(Stack):
         )
         alarms = AlarmTopic(self, "Alarms")
         idempotency = IdempotencyTable(self, "Idempotency")
-        checkpoints = CheckpointsTable(self, "Checkpoints")
+        worker_tables = WorkerTables(
+            idempotency=idempotency.table,
+            checkpoints=WorkerStateTable(
+                self, "Checkpoints", key=checkpoints.KEY, ttl_attribute=checkpoints.EXPIRES_AT
+            ).table,
+            schedule_runs=WorkerStateTable(
+                self, "ScheduleRuns", key=schedule_runs.KEY, ttl_attribute=schedule_runs.EXPIRES_AT
+            ).table,
+            # No TTL: deleting a lease item would restart its fencing token (conveyor.lease).
+            leases=WorkerStateTable(self, "Leases", key=lease.KEY, ttl_attribute=None).table,
+        )
         package = WorkerPackage(self, "WorkerPackage", powertools_layer_version=powertools_layer_version)
         self.job_queues = {
             declaration.name: JobQueue(
@@ -50,8 +61,7 @@ class ConveyorStack(Stack):
                 prefix=prefix,
                 max_receive_count=topology.max_receive_count(declaration.name),
                 package=package,
-                idempotency_table=idempotency.table,
-                checkpoints_table=checkpoints.table,
+                tables=worker_tables,
                 alarm_topic=alarms.topic,
                 log_retention=log_retention,
             )
@@ -100,6 +110,14 @@ class ConveyorStack(Stack):
             relay(f"StreamRelay-{name}", name, tables[name].table) for name in sorted(streamed)
         ]
         dashboard.add_relays(self.relays, relay_dlq.queue)
+        # Scheduler schedules, their DLQ and their alarms exist only for declared schedules.
+        self.schedules = (
+            Schedules(self, "Schedules", topology=topology, prefix=prefix, queues=queues, alarm_topic=alarms.topic)
+            if topology.schedules
+            else None
+        )
+        if self.schedules is not None:
+            dashboard.add_schedules(self.schedules)
         operations = Operations(
             self, "Operations", prefix=prefix, job_queues=self.job_queues, idempotency_table=idempotency.table
         )
@@ -112,6 +130,11 @@ class ConveyorStack(Stack):
         CfnOutput(self, outputs.RESUME_SCHEDULE_GROUP, value=operations.schedule_group.schedule_group_name)
         CfnOutput(self, outputs.RESUME_SCHEDULE_ROLE, value=operations.resume_role.role_arn)
         CfnOutput(self, outputs.OPERATOR_POLICY, value=operations.operator_policy.managed_policy_arn)
+        CfnOutput(self, outputs.SCHEDULE_RUNS_TABLE, value=worker_tables.schedule_runs.table_name)
+        CfnOutput(self, outputs.LEASES_TABLE, value=worker_tables.leases.table_name)
+        if self.schedules is not None:
+            CfnOutput(self, outputs.SCHEDULE_GROUP, value=self.schedules.group.schedule_group_name)
+            CfnOutput(self, outputs.SCHEDULES_DLQ_URL, value=self.schedules.dlq.queue_url)
         for name, job_queue in self.job_queues.items():
             for resource, value in (
                 (outputs.QUEUE_URL, job_queue.queue.queue_url),

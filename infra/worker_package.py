@@ -1,15 +1,19 @@
 """What every worker function runs: the code asset, the runtime and the Powertools layer.
 
 The asset is ``functions/`` plus ``shared/conveyor/`` copied side by side, so the handler
-``functions.worker.handler`` imports ``conveyor`` exactly as it does in tests. Bundling is
-a local copy (no Docker); the asset hash is computed from the same files that are copied,
-so any change to either tree, and only such a change, produces a new asset.
+``functions.worker.handler`` imports ``conveyor`` exactly as it does in tests, plus the few
+third-party distributions neither the runtime nor the Powertools layer has
+(``BUNDLED_DISTRIBUTIONS``), copied from this interpreter's site-packages. Bundling is a
+local copy (no Docker, no pip, no network); the asset hash is computed from the same files
+that are copied, so any change to the shipped code or a bundled version, and only such a
+change, produces a new asset.
 """
 
 import hashlib
+import importlib.metadata
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import cast
 
 import jsii
@@ -17,10 +21,24 @@ from aws_cdk import AssetHashType, Aws, BundlingOptions, DockerImage, ILocalBund
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from conveyor.declarations import DeclarationError
+
 ROOT = Path(__file__).resolve().parent.parent
 # Asset folder name -> source folder.
 SOURCES = {"functions": ROOT / "functions", "conveyor": ROOT / "shared" / "conveyor"}
 IGNORED_PARTS = {"__pycache__", ".mypy_cache", ".pytest_cache"}
+
+# Third-party distributions the workers import that the Lambda runtime (boto3, botocore and
+# their dependencies: python-dateutil, six, ...) and the Powertools layer (pydantic,
+# aws-xray-sdk) lack: conveyor.schedules evaluates cron with croniter, and zoneinfo needs
+# tzdata where the OS ships no time zone database. They are copied from the installed,
+# pinned versions (requirements.txt), so they must be pure Python: a compiled extension
+# built for this machine would not load on Lambda's arm64 Linux.
+BUNDLED_DISTRIBUTIONS = ("croniter", "tzdata")
+COMPILED_SUFFIXES = frozenset({".so", ".pyd", ".dylib"})
+# What pip writes about the installation itself: local paths, and hashes of .pyc files that
+# don't ship. The license files and METADATA do ship.
+INSTALLER_RECORDS = frozenset({"INSTALLER", "RECORD", "REQUESTED", "direct_url.json"})
 
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 ARCHITECTURE = lambda_.Architecture.ARM_64
@@ -37,6 +55,41 @@ def _asset_files() -> Iterator[tuple[str, Path]]:
             relative = path.relative_to(source)
             if path.is_file() and not IGNORED_PARTS.intersection(relative.parts) and path.suffix != ".pyc":
                 yield f"{target}/{relative.as_posix()}", path
+    for name in BUNDLED_DISTRIBUTIONS:
+        yield from _distribution_files(name)
+
+
+def _distribution_files(name: str) -> Iterator[tuple[str, Path]]:
+    """An installed distribution's packages and dist-info, as installed (its RECORD), at the asset's root.
+
+    Raises DeclarationError if it is not installed or is not pure Python.
+    """
+    where = f"worker bundle: distribution {name!r}"
+    try:
+        distribution = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        raise DeclarationError(
+            f"{where} is not installed in this interpreter; install requirements.txt before synth"
+        ) from None
+    files = sorted(distribution.files or [], key=lambda file: file.as_posix())
+    if not files:
+        raise DeclarationError(f"{where} has no RECORD of its files; reinstall it with pip")
+    compiled = [file.as_posix() for file in files if file.suffix in COMPILED_SUFFIXES]
+    if compiled:
+        raise DeclarationError(
+            f"{where} contains compiled extensions ({', '.join(compiled[:3])}), which would not load on Lambda; "
+            "only pure-Python distributions can be copied into the bundle"
+        )
+    for file in files:
+        relative = PurePosixPath(file.as_posix())
+        if (
+            relative.parts[0] == ".."  # console scripts and data outside site-packages
+            or IGNORED_PARTS.intersection(relative.parts)
+            or relative.suffix == ".pyc"
+            or (relative.parts[0].endswith(".dist-info") and relative.name in INSTALLER_RECORDS)
+        ):
+            continue
+        yield relative.as_posix(), Path(str(distribution.locate_file(file)))
 
 
 def source_hash() -> str:
@@ -47,13 +100,18 @@ def source_hash() -> str:
     return digest.hexdigest()
 
 
+def copy_asset(output_dir: Path) -> None:
+    """Write the asset's files into ``output_dir``: what Lambda unpacks into /var/task."""
+    for name, path in _asset_files():
+        destination = output_dir / name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, destination)
+
+
 @jsii.implements(ILocalBundling)
 class _CopySources:
     def try_bundle(self, output_dir: str, options: BundlingOptions) -> bool:
-        for name, path in _asset_files():
-            destination = Path(output_dir) / name
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, destination)
+        copy_asset(Path(output_dir))
         return True
 
 

@@ -9,6 +9,7 @@ import copy
 import json
 import random
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 
 from conveyor.harness import Harness
 from conveyor.local.event_source import to_lambda_record
-from conveyor.metrics import JobMetrics
+from conveyor.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED, JobMetrics
 from conveyor.outcomes import JobOutcome, fan_out
 from conveyor.worker import Worker
 from tests.aws import Aws
@@ -72,6 +73,17 @@ def receive_count(record: Record) -> int:
 def string_attributes(record: Record) -> dict[str, str]:
     """A Lambda record's message attributes as plain name -> string value."""
     return {name: value["stringValue"] for name, value in record["messageAttributes"].items()}
+
+
+def schedule_succeeded_counts(output: str) -> Counter[str]:
+    """The dead man's switch's metric in captured stdout: the ScheduleSucceeded sum per schedule."""
+    counts: Counter[str] = Counter()
+    for line in output.splitlines():
+        if line.startswith("{") and f'"{SCHEDULE_SUCCEEDED}"' in line:
+            document = json.loads(line)
+            value = document[SCHEDULE_SUCCEEDED]
+            counts[document[SCHEDULE_DIMENSION]] += int(sum(value) if isinstance(value, list) else value)
+    return counts
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Every path ends in exactly one of: the record returns (SQS deletes it: success, 
 dead-lettered, or re-sent for later), or it raises (a batch item failure: SQS redelivers it
 after the backoff this module set). Nothing is acknowledged before its outcome is durable.
 While a job runs, a heartbeat keeps its message hidden (conveyor.heartbeat); a long job's
-checkpoints and continuations are in conveyor.checkpoints.
+checkpoints and continuations are in conveyor.checkpoints; a scheduled job's missed-run policy
+and run audit, in conveyor.schedule_runs.
 """
 
 import math
@@ -38,6 +39,7 @@ from conveyor.outcomes import JobOutcome, Kind, Observer, ignore
 from conveyor.payloads import mask_values, sensitive_values
 from conveyor.producer import JobClient, JobRequest
 from conveyor.reasons import Reason
+from conveyor.schedule_runs import ScheduledRuns
 from conveyor.settings import SERVICE_NAME, WorkerSettings
 from conveyor.timeouts import time_limit
 from conveyor.tracing import job_subsegment
@@ -114,6 +116,19 @@ class Harness:
         self._rng = rng or random.SystemRandom()
         self._clock = clock or (lambda: datetime.now(UTC))
         self._observer = observer
+        # The run audit and missed-run policy of scheduled jobs (conveyor.schedule_runs).
+        self._scheduled = (
+            ScheduledRuns(
+                topology,
+                dynamodb_client=dynamodb_client,
+                table_name=settings.schedule_runs_table,
+                sqs_client=sqs_client,
+                queue_url=settings.queue_url,
+                clock=self._clock,
+            )
+            if topology.schedules
+            else None
+        )
 
     def begin(self, context: LambdaContext) -> Invocation:
         for runner in self._runners.values():
@@ -204,6 +219,8 @@ class Harness:
         )
 
         def call_handler() -> None:
+            if self._scheduled:  # inside the idempotent call: a completed occurrence's duplicate never gets here
+                self._scheduled.begin(envelope)
             # The limit covers the handler only, never Powertools' own record writes around it.
             with time_limit(budget):
                 try:
@@ -223,6 +240,8 @@ class Harness:
         else:
             if ran:
                 self._finish(progress)
+            if self._scheduled:  # a duplicate too: it may be the redelivery of a run whose record failed
+                self._scheduled.succeeded(envelope, delivery.attempt)
             kind = Kind.SUCCEEDED if ran else Kind.DUPLICATE
             logger.info("job succeeded" if ran else "job duplicate absorbed", extra={"outcome": kind.value})
             self._report(kind, delivery, envelope, started_at=now)
@@ -383,6 +402,8 @@ class Harness:
             job_id=envelope.id if envelope else None,
         )
         self._dlq.send(record, failure)
+        if envelope and self._scheduled:
+            self._scheduled.failed(envelope, reason, delivery.attempt)
         self._report(
             Kind.DEAD_LETTERED,
             delivery,

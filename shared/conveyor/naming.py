@@ -50,9 +50,11 @@ OWN_TABLES = frozenset(
         SCHEDULE_RUNS_TABLE,
     }
 )
-# The relay DLQ is "<prefix>-relay-dlq", which a queue named "relay" would also claim for its DLQ.
+# The relay's and the schedules' DLQs are "<prefix>-relay-dlq" and "<prefix>-schedules-dlq",
+# which queues named "relay" and "schedules" would also claim for their DLQs.
 RELAY_DLQ = "relay-dlq"
-OWN_QUEUES = frozenset({"relay"})
+SCHEDULES_DLQ = "schedules-dlq"
+OWN_QUEUES = frozenset({"relay", "schedules"})
 
 
 def table_env(table: str) -> str:

@@ -24,6 +24,12 @@ RESUME_SCHEDULE_GROUP = "ResumeScheduleGroup"
 RESUME_SCHEDULE_ROLE = "ResumeScheduleRole"
 # The managed policy to attach to whoever runs `jobs` against this stack.
 OPERATOR_POLICY = "OperatorPolicy"
+# Scheduled jobs: the group holding the declared schedules (present only when some are declared)
+# and the DLQ of their undeliverable invocations; the run audit and the lease tables.
+SCHEDULE_GROUP = "ScheduleGroup"
+SCHEDULES_DLQ_URL = "SchedulesDlqUrl"
+SCHEDULE_RUNS_TABLE = "ScheduleRunsTable"
+LEASES_TABLE = "LeasesTable"
 
 
 def queue_output_key(queue_name: str, resource: str) -> str:

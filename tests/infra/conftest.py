@@ -16,6 +16,7 @@ from conveyor.declarations import Topology
 from conveyor.outbox import OUTBOX_TABLE_ENV
 from conveyor.outputs import STACK_NAME
 from conveyor.relay_settings import SOURCE_ENV
+from conveyor.settings import WorkerSettings
 from functions.topology import TOPOLOGY
 from infra.app import build_app
 from tests.fixtures.stream_topology import TOPOLOGY as STREAM_TOPOLOGY
@@ -115,6 +116,22 @@ class Synthesized:
             == [{"AttributeName": key_attribute, "KeyType": "HASH"}]
         ]
         return logical_id
+
+    def own_table(self, setting: str) -> str:
+        """The logical id of the Conveyor table every worker's ``WorkerSettings.<setting>`` names.
+
+        For tables whose key attribute others share (the idempotency and schedule-run tables
+        are both keyed on ``id``), which ``table`` cannot tell apart.
+        """
+        found = set()
+        for variables in self._functions().values():
+            if "CONVEYOR_QUEUE" in variables:
+                settings = WorkerSettings.from_environment(
+                    {key: value if isinstance(value, str) else json.dumps(value) for key, value in variables.items()}
+                )
+                found.add(json.loads(getattr(settings, setting))["Ref"])
+        (logical_id,) = found
+        return str(logical_id)
 
     def output_ref(self, key: str) -> str:
         """The logical id of the resource whose ``Ref`` the stack output ``key`` carries."""

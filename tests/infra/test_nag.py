@@ -40,6 +40,9 @@ def test_acknowledgments_sit_on_the_named_policies_only_with_a_reason(synthesize
         reasons[f"/{STACK_NAME}/{relay}/RelayRole/DefaultPolicy"] = {wildcard: "dynamodb:ListStreams"}
     # The relay DLQ is itself a dead-letter queue, but of event source mappings, not of a queue.
     reasons[f"/{STACK_NAME}/RelayDlq/Queue"] = {"AwsSolutions::AwsSolutions-SQS3": "on-failure destination"}
+    # So is the schedules DLQ, of the Scheduler targets; it exists only when schedules are declared.
+    if synthesized.topology.schedules:
+        reasons[f"/{STACK_NAME}/Schedules/Dlq"] = {"AwsSolutions::AwsSolutions-SQS3": "DeadLetterConfig"}
     assert set(acknowledged) == set(reasons)
     for path, rules in acknowledged.items():
         assert set(rules) == set(reasons[path])

@@ -162,3 +162,20 @@ def test_local_checkpoints_table_matches_the_stack(synthesized: Synthesized, aws
     """The table the workers are told about (CONVEYOR_CHECKPOINTS_TABLE) is the one provisioned locally."""
     deployed = synthesized.properties(synthesized.table(checkpoints.KEY))
     assert_same_table(aws, aws.provisioned.checkpoints_table, deployed)
+
+
+def test_local_schedule_runs_table_matches_the_stack(synthesized: Synthesized, aws: Aws) -> None:
+    """The run audit the workers are told about (CONVEYOR_SCHEDULE_RUNS_TABLE), as provisioned locally."""
+    deployed = synthesized.properties(synthesized.own_table("schedule_runs_table"))
+    assert_same_table(aws, aws.provisioned.schedule_runs_table, deployed)
+
+
+def test_local_leases_table_matches_the_stack_without_ttl(synthesized: Synthesized, aws: Aws) -> None:
+    """Neither side expires lease items: a deleted item would restart its fencing token."""
+    deployed = synthesized.properties(synthesized.own_table("leases_table"))
+    local = aws.dynamodb.describe_table(TableName=aws.provisioned.leases_table)["Table"]
+    assert local["KeySchema"] == deployed["KeySchema"]
+    assert local["AttributeDefinitions"] == deployed["AttributeDefinitions"]
+    assert "TimeToLiveSpecification" not in deployed
+    ttl = aws.dynamodb.describe_time_to_live(TableName=aws.provisioned.leases_table)["TimeToLiveDescription"]
+    assert ttl["TimeToLiveStatus"] == "DISABLED"

@@ -4,7 +4,6 @@ import json
 from typing import Any
 
 from conveyor import outputs
-from conveyor.idempotency import RECORD_KEY as IDEMPOTENCY_KEY
 from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
 from conveyor.ops.event_sources import ResumeSchedules
 from functions.topology import TOPOLOGY
@@ -58,16 +57,20 @@ def _mapping_arns(synthesized: Synthesized) -> list[str]:
 
 
 def _resume_role(synthesized: Synthesized) -> str:
-    (role_id,) = [
-        logical_id
-        for logical_id, role in synthesized.template.find_resources("AWS::IAM::Role").items()
-        if role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": SCHEDULER}
-    ]
+    """The role the stack's output names (the schedules' own roles trust Scheduler too)."""
+    role_id: str = synthesized.template.to_json()["Outputs"][outputs.RESUME_SCHEDULE_ROLE]["Value"]["Fn::GetAtt"][0]
+    assert synthesized.properties(role_id)["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": SCHEDULER
+    }
     return role_id
 
 
 def _schedule_group(synthesized: Synthesized) -> str:
-    (group_id,) = synthesized.template.find_resources("AWS::Scheduler::ScheduleGroup")
+    (group_id,) = [
+        logical_id
+        for logical_id, group in synthesized.template.find_resources("AWS::Scheduler::ScheduleGroup").items()
+        if group["Properties"]["Name"] == SCHEDULE_GROUP
+    ]
     return group_id
 
 
@@ -149,7 +152,7 @@ def test_operator_policy_grants_exactly_what_jobs_needs(synthesized: Synthesized
         "${AWS::StackId}": {"cloudformation:DescribeStacks"},
         f"${{{_resume_role(synthesized)}.Arn}}": {"iam:PassRole"},
         f"${{{synthesized.output_ref(outputs.OPS_AUDIT_TABLE)}.Arn}}": {"dynamodb:PutItem", "dynamodb:Scan"},
-        f"${{{synthesized.table(IDEMPOTENCY_KEY)}.Arn}}": {"dynamodb:GetItem"},
+        f"${{{synthesized.own_table('idempotency_table')}.Arn}}": {"dynamodb:GetItem"},
         # CloudWatch reads have no resource-level permissions; the only wildcard.
         "*": {"cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics"},
     }

@@ -7,17 +7,22 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Capture, Match
 
-from conveyor import limits, naming, outputs
+from conveyor import lease, limits, naming, outputs, schedule_runs
 from conveyor.checkpoints import EXPIRES_AT as CHECKPOINT_TTL
 from conveyor.checkpoints import KEY as CHECKPOINT_KEY
-from conveyor.idempotency import RECORD_KEY as IDEMPOTENCY_KEY
 from conveyor.settings import WorkerSettings
 from functions.orders import ORDERS_TABLE
 from functions.providers.effects import EFFECTS_TABLE
 from functions.providers.effects import KEY_ATTRIBUTE as EFFECTS_KEY
 from functions.topology import TOPOLOGY
 from infra.app import LOG_RETENTION_CONTEXT, POWERTOOLS_LAYER_CONTEXT, PREFIX_CONTEXT, project_context
-from infra.job_queue import CHECKPOINT_ACTIONS, DLQ_RETENTION, IDEMPOTENCY_ACTIONS
+from infra.job_queue import (
+    CHECKPOINT_ACTIONS,
+    DLQ_RETENTION,
+    IDEMPOTENCY_ACTIONS,
+    LEASE_ACTIONS,
+    SCHEDULE_RUN_ACTIONS,
+)
 from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME
 from tests.infra.conftest import Synthesized
 
@@ -173,7 +178,7 @@ def test_worker_runs_current_python_on_arm_with_pinned_powertools(synthesized: S
 def test_worker_environment_names_its_own_queue_dlq_and_table(synthesized: Synthesized, name: str) -> None:
     ids = synthesized.of_queue(name)
     variables = synthesized.properties(ids.function)["Environment"]["Variables"]
-    table_id = synthesized.table(IDEMPOTENCY_KEY)
+    table_id = synthesized.own_table("idempotency_table")
     settings = WorkerSettings.from_environment(
         {key: value if isinstance(value, str) else json.dumps(value) for key, value in variables.items()}
     )
@@ -182,6 +187,11 @@ def test_worker_environment_names_its_own_queue_dlq_and_table(synthesized: Synth
     assert json.loads(settings.dlq_url) == {"Ref": ids.dlq}
     assert json.loads(settings.idempotency_table) == {"Ref": table_id}
     assert json.loads(settings.checkpoints_table) == {"Ref": synthesized.table(CHECKPOINT_KEY)}
+    # The run audit and the leases: Conveyor's own tables, one of each for all workers.
+    schedule_runs_id = synthesized.output_ref(outputs.SCHEDULE_RUNS_TABLE)
+    assert json.loads(settings.schedule_runs_table) == {"Ref": schedule_runs_id}
+    assert json.loads(settings.leases_table) == {"Ref": synthesized.output_ref(outputs.LEASES_TABLE)}
+    assert schedule_runs_id != table_id
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Conveyor"
     assert variables[naming.table_env(EFFECTS_TABLE.name)] == {"Ref": synthesized.table(EFFECTS_KEY)}
 
@@ -225,8 +235,10 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
     function = synthesized.properties(ids.function)
     role_id = function["Role"]["Fn::GetAtt"][0]
     log_group_id = function["LoggingConfig"]["LogGroup"]["Ref"]
-    table_id = synthesized.table(IDEMPOTENCY_KEY)
+    table_id = synthesized.own_table("idempotency_table")
     checkpoints_id = synthesized.table(CHECKPOINT_KEY)
+    schedule_runs_id = synthesized.own_table("schedule_runs_table")
+    leases_id = synthesized.own_table("leases_table")
     effects_id = synthesized.table(EFFECTS_KEY)
     orders_id = synthesized.table(ORDERS_TABLE.key)
     outbox_id = synthesized.output_ref(outputs.OUTBOX_TABLE)
@@ -257,6 +269,8 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
         _arn(ids.dlq): {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"},
         _arn(table_id): set(IDEMPOTENCY_ACTIONS),
         _arn(checkpoints_id): set(CHECKPOINT_ACTIONS),
+        _arn(schedule_runs_id): set(SCHEDULE_RUN_ACTIONS),
+        _arn(leases_id): set(LEASE_ACTIONS),
         _arn(effects_id): TABLE_READ_WRITE,
         _arn(orders_id): TABLE_READ_WRITE,
         # Enqueueing through the outbox, alone or in a transaction with the job's own writes.
@@ -279,7 +293,7 @@ def test_worker_logs_expire_as_cdk_json_says(synthesized: Synthesized, name: str
 
 
 def test_idempotency_table_is_on_demand_expiring_and_recoverable(synthesized: Synthesized) -> None:
-    table = synthesized.properties(synthesized.table(IDEMPOTENCY_KEY))
+    table = synthesized.properties(synthesized.own_table("idempotency_table"))
     assert table["BillingMode"] == "PAY_PER_REQUEST"
     assert table["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
     assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
@@ -290,6 +304,39 @@ def test_checkpoints_table_is_on_demand_expiring_and_recoverable(synthesized: Sy
     assert table["BillingMode"] == "PAY_PER_REQUEST"
     assert table["TimeToLiveSpecification"] == {"AttributeName": CHECKPOINT_TTL, "Enabled": True}
     assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+
+
+def test_schedule_runs_table_is_on_demand_expiring_and_recoverable(synthesized: Synthesized) -> None:
+    table = synthesized.properties(synthesized.own_table("schedule_runs_table"))
+    assert table["KeySchema"] == [{"AttributeName": schedule_runs.KEY, "KeyType": "HASH"}]
+    assert table["AttributeDefinitions"] == [{"AttributeName": schedule_runs.KEY, "AttributeType": "S"}]
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["TimeToLiveSpecification"] == {"AttributeName": schedule_runs.EXPIRES_AT, "Enabled": True}
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+
+
+def test_leases_table_never_expires_items_so_fencing_tokens_only_grow(synthesized: Synthesized) -> None:
+    """TTL would delete an expired lease's item, and the next holder would start again at token 1."""
+    table = synthesized.properties(synthesized.own_table("leases_table"))
+    assert table["KeySchema"] == [{"AttributeName": lease.KEY, "KeyType": "HASH"}]
+    assert table["AttributeDefinitions"] == [{"AttributeName": lease.KEY, "AttributeType": "S"}]
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert "TimeToLiveSpecification" not in table
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    # Leases change hands by conditional update only: no worker may put or delete a lease item.
+    assert not {"dynamodb:PutItem", "dynamodb:DeleteItem"} & set(LEASE_ACTIONS)
+
+
+def test_outputs_name_the_run_audit_and_lease_tables(synthesized: Synthesized) -> None:
+    assert synthesized.output_ref(outputs.SCHEDULE_RUNS_TABLE) == synthesized.own_table("schedule_runs_table")
+    assert synthesized.output_ref(outputs.LEASES_TABLE) == synthesized.own_table("leases_table")
+    # The Scheduler group, its schedules and their DLQ exist only for a topology that declares schedules.
+    declared = bool(synthesized.topology.schedules)
+    stack_outputs = synthesized.template.to_json()["Outputs"]
+    assert (outputs.SCHEDULE_GROUP in stack_outputs) == declared
+    assert (outputs.SCHEDULES_DLQ_URL in stack_outputs) == declared
+    scheduled = sum(schedule.shards for schedule in synthesized.topology.schedules)
+    synthesized.template.resource_count_is("AWS::Scheduler::Schedule", scheduled)
 
 
 @pytest.mark.parametrize("name", QUEUE_NAMES)

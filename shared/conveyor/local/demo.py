@@ -24,6 +24,8 @@ from conveyor.local.runtime import LocalRuntime
 from conveyor.metrics import COUNTS
 from conveyor.outcomes import JobOutcome, Kind
 from conveyor.relay import RELAY_SOURCE, SEQUENCE_NUMBER
+from conveyor.schedule_runs import RunRecord, ScheduleRuns, ScheduleState
+from conveyor.schedules import SCHEDULED_TIME_FORMAT, Schedule
 from conveyor.settings import SERVICE_NAME
 from conveyor.stats import JobStats, percentile, read_stats, render_stats
 
@@ -159,6 +161,51 @@ def _peek_all(sqs: Any, url: str) -> list[dict[str, Any]]:
     return list(received.values())
 
 
+@dataclass(frozen=True)
+class ScheduleHistory:
+    """One schedule's run audit, read back for the report."""
+
+    schedule: Schedule
+    state: ScheduleState | None
+    runs: list[RunRecord]
+
+
+def read_schedule_histories(runtime: LocalRuntime) -> list[ScheduleHistory]:
+    audit = ScheduleRuns(runtime.dynamodb, runtime.provisioned.schedule_runs_table, clock=lambda: datetime.now(UTC))
+    return [ScheduleHistory(s, audit.state(s.name), audit.runs(s.name)) for s in runtime.topology.schedules]
+
+
+def _moment(moment: datetime | None) -> str:
+    return moment.strftime(SCHEDULED_TIME_FORMAT) if moment else "-"
+
+
+def schedule_lines(history: ScheduleHistory) -> list[str]:
+    """A schedule's state, then its occurrences, consecutive ones that ended alike on one line."""
+    schedule, state = history.schedule, history.state
+    policy = "skip" if schedule.missed.kind == "skip" else f"catch_up({schedule.missed.max_runs})"
+    shards = f", {schedule.shards} shards" if schedule.shards > 1 else ""
+    lines = [f"  {schedule.name}: {schedule.expression} in {schedule.timezone}{shards}, missed runs: {policy}"]
+    if state:
+        lines.append(
+            f"    last scheduled {_moment(state.last_scheduled)} ({state.last_status or '-'}), "
+            f"last success {_moment(state.last_success)}, next expected {_moment(state.next_expected)}"
+        )
+    by_time: dict[datetime, Counter[str]] = defaultdict(Counter)
+    for run in history.runs:
+        by_time[run.occurrence.scheduled_time][run.status.value + (f" ({run.reason})" if run.reason else "")] += 1
+    groups: list[tuple[str, list[datetime]]] = []
+    for moment, ended in sorted(by_time.items()):
+        label = ", ".join(f"{count} shards {how}" if schedule.shards > 1 else how for how, count in ended.items())
+        if groups and groups[-1][0] == label:
+            groups[-1][1].append(moment)
+        else:
+            groups.append((label, [moment]))
+    for label, moments in groups:
+        span = _moment(moments[0]) + (f" .. {_moment(moments[-1])}" if len(moments) > 1 else "")
+        lines.append(f"    {span:<44} {len(moments):>2} x {label}")
+    return lines
+
+
 class Progress:
     """Per queue: depth, in flight, done, retried and dead-lettered, redrawn in place on a terminal."""
 
@@ -218,16 +265,27 @@ def worker_logs_to(path: Path) -> Iterator[None]:
                 handler.setStream(stream)
 
 
-def report(observed: Observed, stats: list[JobStats], invariants: list[Invariant], out: TextIO) -> None:
+def report(
+    observed: Observed,
+    stats: list[JobStats],
+    invariants: list[Invariant],
+    out: TextIO,
+    schedules: list[ScheduleHistory],
+) -> None:
     by_type: dict[str, Counter[Kind]] = defaultdict(Counter)
     retries: Counter[str] = Counter()
     latencies: list[float] = []
+    # Scheduled runs fired on the emulator's moved clock are created ahead of the workers' clock.
+    ahead = 0
     for outcome in observed.outcomes:
         by_type[outcome.job_type or "<unreadable>"][outcome.kind] += 1
         if outcome.kind is Kind.RETRIED:
             retries[f"{outcome.job_type}: {outcome.reason} ({outcome.error_class})"] += 1
         if outcome.kind is Kind.SUCCEEDED and outcome.created_at:
-            latencies.append((outcome.finished_at - outcome.created_at).total_seconds())
+            if outcome.created_at > outcome.finished_at:
+                ahead += 1
+            else:
+                latencies.append((outcome.finished_at - outcome.created_at).total_seconds())
     kinds = list(Kind)
     out.write("\nOutcomes by job type (one line per run; a retried job counts once per attempt)\n")
     out.write(f"  {'JOB TYPE':<22}" + "".join(f"{kind.value:>14}" for kind in kinds) + "\n")
@@ -242,9 +300,14 @@ def report(observed: Observed, stats: list[JobStats], invariants: list[Invariant
     out.write("\nRelay DLQ entries (stream records the relays could not turn into jobs)\n")
     for letter in map(relay_dead_letter, observed.relay_dead_letters):
         out.write(f"  {letter.reason}  {letter.detail}\n")
+    if schedules:
+        out.write("\nSchedule runs (the run audit, read from its table; times in UTC)\n")
+        for history in schedules:
+            out.write("".join(f"{line}\n" for line in schedule_lines(history)))
     if latencies:
         points = ", ".join(f"p{pct} {percentile(latencies, pct) or 0:.2f}s" for pct in PERCENTILES)
-        out.write(f"\nEnqueue to done: {points} over {len(latencies)} jobs\n")
+        left_out = f" ({ahead} scheduled runs created on the emulator's clock left out)" if ahead else ""
+        out.write(f"\nEnqueue to done: {points} over {len(latencies)} jobs{left_out}\n")
     out.write("\n`jobs stats` for this run (the harness's EMF metrics, read back from the embedded CloudWatch)\n")
     out.write(render_stats(stats) + "\n")
     out.write("\nInvariants\n")
@@ -334,6 +397,6 @@ def run_demo(
         *scenario.check(observed),
         stats_match(observed, stats),
     ]
-    report(observed, stats, invariants, out)
+    report(observed, stats, invariants, out, read_schedule_histories(runtime))
     out.write(f"\nWorker logs: {log_path}\n")
     return all(invariant.held for invariant in invariants)

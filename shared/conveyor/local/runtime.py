@@ -2,9 +2,10 @@
 
 Each queue gets the worker the stack would deploy (the same harness, the same settings)
 behind an event source mapping emulator; each relayed stream (the outbox's, and every table
-that stream rules read) gets its relay behind the stream mapping's emulator. Stopping drains:
-pollers stop receiving, and in-flight batches finish within a grace period or return to their
-queue when their visibility timeout lapses (a stream is read again from its start by the next run).
+that stream rules read) gets its relay behind the stream mapping's emulator; declared schedules
+fire from the scheduler emulator (conveyor.local.scheduler). Stopping drains: schedules stop
+firing, pollers stop receiving, and in-flight batches finish within a grace period or return to
+their queue when their visibility timeout lapses (a stream is read again from its start by the next run).
 """
 
 import os
@@ -25,6 +26,7 @@ from conveyor.local.embedded import LOCAL_CREDENTIALS, REGION, LocalRuntimeError
 from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
 from conveyor.local.event_source import QueuePoller
 from conveyor.local.provision import Provisioned, provision
+from conveyor.local.scheduler import LocalScheduler, ScheduleClock
 from conveyor.local.stream_source import StreamPoller
 from conveyor.metrics import JobMetrics
 from conveyor.ops.event_sources import LocalEventSources
@@ -47,10 +49,19 @@ def local_environment(endpoint_url: str) -> dict[str, str]:
 
 
 class LocalRuntime:
-    def __init__(self, topology: Topology, *, endpoint_url: str, observer: Observer = ignore) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        endpoint_url: str,
+        observer: Observer = ignore,
+        schedule_clock: ScheduleClock | None = None,
+    ) -> None:
         self.topology = topology
         self.endpoint_url = endpoint_url
         self._observer = observer
+        # The scheduler emulator's clock; the wall clock unless a test or the demo sets it.
+        self._schedule_clock = schedule_clock or ScheduleClock()
         self.sqs: Any = boto3.client("sqs", endpoint_url=endpoint_url, region_name=REGION)
         self.dynamodb: Any = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=REGION)
         self.cloudwatch: Any = boto3.client("cloudwatch", endpoint_url=endpoint_url, region_name=REGION)
@@ -60,6 +71,14 @@ class LocalRuntime:
         # Relay source (as in Provisioned.streams) -> the poller of its stream.
         self.stream_pollers: dict[str, StreamPoller] = {}
         self._provisioned: Provisioned | None = None
+        self._scheduler: LocalScheduler | None = None
+
+    @property
+    def scheduler(self) -> LocalScheduler:
+        """The scheduler emulator firing the declared schedules; running once ``start`` has, if any are declared."""
+        if self._scheduler is None:
+            raise LocalRuntimeError("the local runtime runs no scheduler: not started, or no schedules declared")
+        return self._scheduler
 
     @property
     def provisioned(self) -> Provisioned:
@@ -117,14 +136,21 @@ class LocalRuntime:
             )
             self.stream_pollers[source] = stream_poller
             stream_poller.start()
+        if self.topology.schedules:
+            # moto stores schedules but never fires them: the emulator sends what Scheduler would.
+            self._scheduler = LocalScheduler(
+                self.topology, sqs=self.sqs, queues=provisioned.queues, clock=self._schedule_clock
+            )
+            self._scheduler.start()
 
     def drain(self, grace_s: float) -> bool:
-        """Stop receiving and wait up to ``grace_s`` for in-flight batches; True if none was left running."""
+        """Stop firing and receiving, wait up to ``grace_s`` for in-flight batches; True if none was left running."""
+        deadline = time.monotonic() + grace_s
+        stopped = self._scheduler is None or self._scheduler.stop(grace_s)
         pollers: list[QueuePoller | StreamPoller] = [*self.pollers.values(), *self.stream_pollers.values()]
         for poller in pollers:
             poller.stop()
-        deadline = time.monotonic() + grace_s
-        finished = all(poller.join(deadline) for poller in pollers)
+        finished = all(poller.join(deadline) for poller in pollers) and stopped
         if self._stdout is not None:
             sys.stdout, self._stdout = self._stdout, None
         return finished
