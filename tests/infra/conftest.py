@@ -44,6 +44,23 @@ class RelayResources:
     dlq: str
 
 
+def render(value: Any) -> str:
+    """A CloudFormation value as one readable string: ``{"Ref": "X"}`` -> ``${X}``, GetAtt -> ``${X.Attr}``."""
+    if isinstance(value, str):
+        return value
+    if "Ref" in value:
+        return f"${{{value['Ref']}}}"
+    if "Fn::GetAtt" in value:
+        return "${" + ".".join(value["Fn::GetAtt"]) + "}"
+    separator, parts = value["Fn::Join"]
+    return str(separator).join(render(part) for part in parts)
+
+
+def as_list(value: Any) -> list[Any]:
+    """A policy's Action or Resource, which CloudFormation allows as one value or a list."""
+    return value if isinstance(value, list) else [value]
+
+
 @dataclass(frozen=True)
 class Synthesized:
     template: Template
@@ -137,6 +154,15 @@ class Synthesized:
         """The logical id of the resource whose ``Ref`` the stack output ``key`` carries."""
         ref: str = self.template.to_json()["Outputs"][key]["Value"]["Ref"]
         return ref
+
+    def role_statements(self, role_id: str) -> list[dict[str, Any]]:
+        """The statements of the one inline policy CDK attached to the role (grants land there)."""
+        (statements,) = [
+            policy["Properties"]["PolicyDocument"]["Statement"]
+            for policy in self.template.find_resources("AWS::IAM::Policy").values()
+            if policy["Properties"]["Roles"] == [{"Ref": role_id}]
+        ]
+        return list(statements)
 
     def properties(self, logical_id: str) -> dict[str, Any]:
         properties: dict[str, Any] = self.resources[logical_id]["Properties"]

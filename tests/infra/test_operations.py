@@ -8,7 +8,7 @@ from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
 from conveyor.ops.event_sources import ResumeSchedules
 from functions.topology import TOPOLOGY
 from infra.app import PREFIX_CONTEXT, project_context
-from tests.infra.conftest import Synthesized
+from tests.infra.conftest import Synthesized, as_list, render
 
 QUEUE_NAMES = [queue.name for queue in TOPOLOGY.queues]
 PREFIX: str = project_context()[PREFIX_CONTEXT]
@@ -16,29 +16,13 @@ SCHEDULE_GROUP = f"{PREFIX}-ops"
 SCHEDULER = "scheduler.amazonaws.com"
 
 
-def _render(value: Any) -> str:
-    """A policy resource as one readable string: ``{"Ref": "X"}`` -> ``${X}``, GetAtt -> ``${X.Arn}``."""
-    if isinstance(value, str):
-        return value
-    if "Ref" in value:
-        return f"${{{value['Ref']}}}"
-    if "Fn::GetAtt" in value:
-        return "${" + ".".join(value["Fn::GetAtt"]) + "}"
-    separator, parts = value["Fn::Join"]
-    return str(separator).join(_render(part) for part in parts)
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
 def _granted(statements: list[dict[str, Any]]) -> dict[str, set[str]]:
     """Actions per rendered resource, however CDK merged the statements."""
     granted: dict[str, set[str]] = {}
     for statement in statements:
         assert statement["Effect"] == "Allow"
-        for resource in _as_list(statement["Resource"]):
-            granted.setdefault(_render(resource), set()).update(_as_list(statement["Action"]))
+        for resource in as_list(statement["Resource"]):
+            granted.setdefault(render(resource), set()).update(as_list(statement["Action"]))
     return granted
 
 

@@ -24,7 +24,7 @@ from infra.outbox_relay import (
     OutboxRelay,
 )
 from tests.fixtures.stream_topology import NOTES, ORDERS
-from tests.infra.conftest import Synthesized
+from tests.infra.conftest import Synthesized, as_list, render
 
 PREFIX: str = project_context()[PREFIX_CONTEXT]
 # DynamoDB Streams keeps a record 24 hours: a maximum record age must sit inside it.
@@ -32,18 +32,6 @@ STREAM_RETENTION = timedelta(hours=24)
 ONE_MONTH_DAYS = 30
 STREAM_READ = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}
 QUEUE_SEND = {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"}
-
-
-def _render(value: Any) -> str:
-    """A CloudFormation value as one string: ``{"Ref": "X"}`` -> ``${X}``, GetAtt -> ``${X.Attr}``."""
-    if isinstance(value, str):
-        return value
-    if "Ref" in value:
-        return f"${{{value['Ref']}}}"
-    if "Fn::GetAtt" in value:
-        return "${" + ".".join(value["Fn::GetAtt"]) + "}"
-    separator, parts = value["Fn::Join"]
-    return str(separator).join(_render(part) for part in parts)
 
 
 def _outbox_table(synthesized: Synthesized) -> str:
@@ -120,19 +108,12 @@ def test_each_relay_reads_its_own_tables_stream(stream_synthesized: Synthesized)
 
 
 def _granted(synthesized: Synthesized, role_id: str) -> dict[str, set[str]]:
-    (statements,) = [
-        policy["Properties"]["PolicyDocument"]["Statement"]
-        for policy in synthesized.template.find_resources("AWS::IAM::Policy").values()
-        if policy["Properties"]["Roles"] == [{"Ref": role_id}]
-    ]
     granted: dict[str, set[str]] = {}
-    for statement in statements:
+    for statement in synthesized.role_statements(role_id):
         assert statement["Effect"] == "Allow"
         assert "Condition" not in statement
-        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-        for resource in resources:
-            granted.setdefault(_render(resource), set()).update(actions)
+        for resource in as_list(statement["Resource"]):
+            granted.setdefault(render(resource), set()).update(as_list(statement["Action"]))
     return granted
 
 
@@ -162,7 +143,7 @@ def test_relay_environment_names_its_source_the_relay_dlq_and_every_queue(
 ) -> None:
     ids = stream_synthesized.of_relay(source)
     variables = stream_synthesized.properties(ids.function)["Environment"]["Variables"]
-    settings = RelaySettings.from_environment({name: _render(value) for name, value in variables.items()})
+    settings = RelaySettings.from_environment({name: render(value) for name, value in variables.items()})
     assert settings.source == source
     assert settings.dlq_url == f"${{{_relay_dlq(stream_synthesized)}}}"
     assert settings.queue_urls == {
@@ -284,7 +265,7 @@ def test_stream_relays_pass_aws_solutions_checks_with_named_acknowledgments(
 
 def test_dashboard_shows_the_relays_and_their_dlq(stream_synthesized: Synthesized) -> None:
     (dashboard,) = stream_synthesized.template.find_resources("AWS::CloudWatch::Dashboard").values()
-    body = _render(dashboard["Properties"]["DashboardBody"])
+    body = render(dashboard["Properties"]["DashboardBody"])
     for title in ("## Stream relays", "relays: iterator age (ms)", "relays: errors", "relay DLQ depth"):
         assert title in body
     for source in (OUTBOX_SOURCE, ORDERS.name):

@@ -24,7 +24,7 @@ from infra.job_queue import (
     SCHEDULE_RUN_ACTIONS,
 )
 from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME
-from tests.infra.conftest import Synthesized
+from tests.infra.conftest import Synthesized, as_list
 
 QUEUE_NAMES = [queue.name for queue in TOPOLOGY.queues]
 ONE_MONTH_DAYS = 30
@@ -243,15 +243,10 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
     orders_id = synthesized.table(ORDERS_TABLE.key)
     outbox_id = synthesized.output_ref(outputs.OUTBOX_TABLE)
     assert "ManagedPolicyArns" not in synthesized.properties(role_id)
-    (statements,) = [
-        policy["Properties"]["PolicyDocument"]["Statement"]
-        for policy in synthesized.template.find_resources("AWS::IAM::Policy").values()
-        if policy["Properties"]["Roles"] == [{"Ref": role_id}]
-    ]
     granted: dict[str, set[str]] = {}
-    for statement in statements:
-        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+    for statement in synthesized.role_statements(role_id):
+        resources = as_list(statement["Resource"])
+        actions = as_list(statement["Action"])
         for resource in resources:
             granted.setdefault(json.dumps(resource), set()).update(actions)
     assert granted == {

@@ -22,6 +22,7 @@ from conveyor import message_attributes as attrs
 from conveyor.local.provision import Provisioned
 from conveyor.local.runtime import LocalRuntime
 from conveyor.metrics import COUNTS
+from conveyor.ops.status import queue_counts
 from conveyor.outcomes import JobOutcome, Kind
 from conveyor.relay import RELAY_SOURCE, SEQUENCE_NUMBER
 from conveyor.schedule_runs import RunRecord, ScheduleRuns, ScheduleState
@@ -129,19 +130,7 @@ class QueueDepth:
 
 
 def queue_depth(sqs: Any, url: str) -> QueueDepth:
-    attributes = sqs.get_queue_attributes(
-        QueueUrl=url,
-        AttributeNames=[
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ],
-    )["Attributes"]
-    return QueueDepth(
-        visible=int(attributes["ApproximateNumberOfMessages"]),
-        in_flight=int(attributes["ApproximateNumberOfMessagesNotVisible"]),
-        delayed=int(attributes["ApproximateNumberOfMessagesDelayed"]),
-    )
+    return QueueDepth(**queue_counts(sqs, url))
 
 
 def read_dead_letters(sqs: Any, provisioned: Provisioned) -> list[dict[str, Any]]:
