@@ -8,11 +8,9 @@ been recorded for ``DEAD_MANS_INTERVALS`` intervals: the worker writes ``Schedul
 after each one, and a run that never happened writes nothing, which the alarm treats as breaching.
 """
 
-import dataclasses
-import itertools
 import math
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, TimeZone, Validations
@@ -27,7 +25,7 @@ from constructs import Construct
 
 from conveyor import metrics, naming
 from conveyor.declarations import DeclarationError, JobType, Topology
-from conveyor.schedules import EPOCH, SCHEDULER_MAX_NAME_LENGTH, Schedule, next_occurrence, schedule_inputs
+from conveyor.schedules import SCHEDULER_MAX_NAME_LENGTH, Schedule, occurrence_gaps, schedule_inputs
 from conveyor.settings import METRICS_NAMESPACE
 from infra.job_queue import DLQ_DEPTH_THRESHOLD, DLQ_RETENTION, METRIC_PERIOD
 
@@ -45,10 +43,6 @@ MIN_EVENT_AGE = timedelta(minutes=1)  # Scheduler's lower bound
 # The dead man's switch fires after this many intervals without a successful run: one interval
 # of slack for the queue, the worker's retries and the run itself.
 DEAD_MANS_INTERVALS = 2
-# The interval is the longest gap between consecutive occurrences among this many, counted from
-# a fixed instant so the template does not change with the day it is synthesized. Enough to see
-# a weekend in a weekday schedule and the short months in a monthly one.
-SAMPLED_OCCURRENCES = 64
 # PutMetricAlarm: a period is a multiple of 60 s (for standard-resolution metrics); period x
 # evaluation periods is at most 7 days, and at most 1 day for a period under 1 hour.
 # https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html
@@ -67,21 +61,13 @@ class AlarmWindow(NamedTuple):
 
 
 def longest_gap(schedule: Schedule) -> timedelta | None:
-    """The longest time between consecutive occurrences of the expression, or None for a one-off.
+    """The longest time between consecutive occurrences, or None for a one-off.
 
-    Counted on a clock without daylight saving time (the expression evaluated in UTC): a clock
-    change stretches one gap a year by an hour, or skips a daily run whose local time does not
-    exist that day, which the second interval of the alarm absorbs for hourly and longer
+    A clock change stretches one gap a year by an hour, or skips a daily run whose local time does
+    not exist that day, which the second interval of the alarm absorbs for hourly and longer
     schedules. Growing every period of the year for it would blunt the alarm the rest of the year.
     """
-    on_utc = dataclasses.replace(schedule, timezone="UTC")
-    moments: list[datetime] = []
-    moment = next_occurrence(on_utc, EPOCH)
-    while moment is not None and len(moments) < SAMPLED_OCCURRENCES:
-        moments.append(moment)
-        moment = next_occurrence(on_utc, moment)
-    gaps = [later - earlier for earlier, later in itertools.pairwise(moments)]
-    return max(gaps, default=None)
+    return max(occurrence_gaps(schedule), default=None)
 
 
 def alarm_window(schedule: Schedule) -> AlarmWindow | None:

@@ -37,6 +37,7 @@ from conveyor.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED, metric_set
 from conveyor.schedules import (
     ORIGIN_PREFIX,
     SCHEDULED_TIME_FORMAT,
+    MissedRunPlan,
     Occurrence,
     Schedule,
     apply_missed_policy,
@@ -172,6 +173,13 @@ class ScheduleRuns:
             remove=() if caught_up else (REASON,),
             condition=f"attribute_not_exists(#{CLAIMED_AT})",
         )
+
+    def known(self, occurrence: Occurrence) -> bool:
+        """Whether the audit has a row for the occurrence: it ran, runs, was caught up or recorded missed."""
+        item = self._dynamodb.get_item(
+            TableName=self._table, Key={KEY: _s(occurrence_key(occurrence))}, ConsistentRead=True
+        ).get("Item")
+        return item is not None
 
     def record_pending(self, occurrence: Occurrence) -> bool:
         """A catch-up run was enqueued; written only if nothing is known of the occurrence yet."""
@@ -372,16 +380,18 @@ class ScheduledRuns:
             return
         # Scheduler writes the scheduled time as created_at; a catch-up, the time it was enqueued.
         caught_up = envelope.created_at != occurrence.scheduled_time
-        if not self.runs.claim(occurrence, job_id=envelope.id, caught_up=caught_up) or caught_up:
-            return  # a retry or a duplicate; or a catch-up, which may run before its enqueuer advanced the state
+        self.runs.claim(occurrence, job_id=envelope.id, caught_up=caught_up)
+        if caught_up:
+            return  # a catch-up may run before its enqueuer advanced the state: it accounts for nothing
         schedule = self._schedules[occurrence.schedule]
         moment = occurrence.scheduled_time
         state = self.runs.state(schedule.name)
         last = state.last_scheduled if state else None
         if last is not None and moment <= last:
             return  # a late delivery, or another shard of the newest: that run accounted for the gap
+        # A retry (or a duplicate) of this run finds the state not yet advanced and applies the policy
+        # again: occurrences already recorded are left out, and catch-up sends carry fixed ids.
         self._account_for_missed(schedule, last, moment, envelope)
-        # Only now: if the policy failed half-way, the next occurrence finds the same gap and finishes it.
         self.runs.advance(schedule.name, moment, next_occurrence(schedule, moment, anchor=moment))
 
     def succeeded(self, envelope: Envelope, attempt: int) -> None:
@@ -410,10 +420,17 @@ class ScheduledRuns:
         missed = missed_occurrences(schedule, last, moment)
         if not missed:
             return
+        shards = shards_of(schedule)
         plan = apply_missed_policy(schedule, missed)
+
+        def unknown(moments: Sequence[datetime]) -> list[datetime]:
+            # Planned over the whole gap, then narrowed: a retry finishes what an earlier attempt began,
+            # and never catches up more than max_runs.
+            return [t for t in moments if not self.runs.known(Occurrence(schedule.name, t, shards[0]))]
+
+        plan = MissedRunPlan(to_enqueue=unknown(plan.to_enqueue), to_record_missed=unknown(plan.to_record_missed))
         # Catch-ups carry the ARN of the schedule whose run enqueued them: their actor.
         self._enqueue_catch_ups(schedule, plan.to_enqueue, envelope.correlation.actor or schedule.name)
-        shards = shards_of(schedule)
         limit = max(1, MAX_MISSED_ROWS // len(shards))
         recorded, unrecorded = plan.to_record_missed[-limit:], plan.to_record_missed[:-limit]
         for missed_time in recorded:

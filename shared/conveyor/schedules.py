@@ -24,7 +24,9 @@ types", daylight saving time; AWS Knowledge Center, "eventbridge-scheduler-adjus
   whatever the clocks do, so the time zone does not affect it.
 """
 
+import dataclasses
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -174,6 +176,13 @@ class Schedule:
                 f"{self.expression} never fires: no date matches it",
             )
         self._check_options(where)
+        gaps = occurrence_gaps(self) if self.flexible_window is not None else []
+        _require(
+            self.flexible_window is None or not gaps or self.flexible_window < min(gaps),
+            where,
+            f"flexible_window must be shorter than the shortest time between occurrences "
+            f"({format_duration(min(gaps)) if gaps else '-'}), or runs would arrive out of order",
+        )
 
     def _check_options(self, where: str) -> None:
         window = self.flexible_window
@@ -436,6 +445,26 @@ def next_occurrence(schedule: Schedule, after: datetime, *, anchor: datetime | N
     """The first occurrence strictly after ``after`` (UTC), or None if the schedule never fires again."""
     _require_aware(after)
     return next(_forward(schedule, after, anchor), None)
+
+
+# How many occurrences `occurrence_gaps` samples: enough to see a weekend in a weekday schedule
+# and the short months in a monthly one.
+SAMPLED_OCCURRENCES = 64
+
+
+def occurrence_gaps(schedule: Schedule) -> list[timedelta]:
+    """The times between the first consecutive occurrences, on a clock without DST (the expression in UTC).
+
+    Empty for a one-off (``at``). Counted from a fixed instant, so the answer does not change with
+    the day it is asked; a clock change stretches or skips one gap a year, which callers allow for.
+    """
+    on_utc = dataclasses.replace(schedule, timezone="UTC", flexible_window=None)
+    moments: list[datetime] = []
+    moment = next_occurrence(on_utc, EPOCH)
+    while moment is not None and len(moments) < SAMPLED_OCCURRENCES:
+        moments.append(moment)
+        moment = next_occurrence(on_utc, moment)
+    return [later - earlier for earlier, later in itertools.pairwise(moments)]
 
 
 def previous_occurrence(

@@ -307,7 +307,6 @@ def _every(expression: str, **options: Any) -> Schedule:
         # Longer than a day: counted in days. Weekdays only: Friday to Monday is the longest gap.
         ("cron(0 9 ? * MON-FRI *)", {}, AlarmWindow(timedelta(days=1), 6)),
         ("rate(2 days)", {}, AlarmWindow(timedelta(days=1), 4)),
-        ("rate(1 hour)", {"flexible_window": timedelta(days=1)}, AlarmWindow(timedelta(days=1), 3)),
         # Two intervals would exceed CloudWatch's 7 days: all 7, still a day more than an interval.
         ("rate(6 days)", {}, AlarmWindow(timedelta(days=1), 7)),
         # Weekly and sparser: 7 days cannot hold an interval and a day of slack.

@@ -173,7 +173,7 @@ def test_a_catch_up_that_runs_before_its_enqueuer_advanced_the_state_looks_for_n
     assert rows(audit, CATCHING_UP) == {BEFORE: (RunStatus.SUCCEEDED, None), late: (RunStatus.SUCCEEDED, CAUGHT_UP)}
 
 
-def test_a_catch_up_sqs_refuses_fails_the_run_and_the_next_occurrence_finishes_the_gap(
+def test_a_catch_up_sqs_refuses_fails_the_run_and_its_retry_finishes_the_gap(
     queue: QueueDriver, audit: ScheduleRuns, aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_occurrence(queue, CATCHING_UP, BEFORE)
@@ -188,14 +188,42 @@ def test_a_catch_up_sqs_refuses_fails_the_run_and_the_next_occurrence_finishes_t
     assert RunStatus.PENDING not in {status for status, _ in rows(audit, CATCHING_UP).values()}
 
     monkeypatch.undo()
-    assert queue.run(queue.redeliver(record)) == []  # the retry runs the job, and leaves the policy alone
-    assert aws.receive(queue.url) == []
-    later = AFTER + HOUR
-    run_occurrence(queue, CATCHING_UP, later)
-
+    assert queue.run(queue.redeliver(record)) == []  # the retry runs the job and finishes the policy
+    caught_up = sorted(json.loads(message["Body"])["id"] for message in aws.receive(queue.url))
+    assert caught_up == [job_id(CATCHING_UP, moment) for moment in OUTAGE[-MAX_CATCH_UP_RUNS:]]
+    state = audit.state(CATCHING_UP.name)
+    assert state is not None
+    assert state.last_scheduled == AFTER
     recorded = rows(audit, CATCHING_UP)
-    assert sorted(recorded) == [BEFORE, *OUTAGE, AFTER, later], "no occurrence of the gap is lost"
-    assert [recorded[moment][0] for moment in OUTAGE] == [RunStatus.MISSED] * 3 + [RunStatus.PENDING]
+    expected = [RunStatus.MISSED] * (len(OUTAGE) - MAX_CATCH_UP_RUNS) + [RunStatus.PENDING] * MAX_CATCH_UP_RUNS
+    assert [recorded[moment][0] for moment in OUTAGE] == expected
+
+
+def test_a_retry_after_a_partly_applied_policy_catches_up_no_more_than_max_runs(
+    queue: QueueDriver, audit: ScheduleRuns, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catch-ups went out, then recording the older misses failed: the retry must not catch those up."""
+    run_occurrence(queue, CATCHING_UP, BEFORE)
+    record_missed = ScheduleRuns.record_missed
+
+    def failing(self: ScheduleRuns, occurrence: Any, reason: str) -> bool:
+        raise RuntimeError("DynamoDB throttled")
+
+    monkeypatch.setattr(ScheduleRuns, "record_missed", failing)
+    queue.now = AFTER + RUN_DELAY
+    record = queue.send_and_receive(delivered(CATCHING_UP, AFTER))
+    assert queue.run(record) == [record["messageId"]]
+    monkeypatch.setattr(ScheduleRuns, "record_missed", record_missed)
+
+    queue.end_backoff(record)
+    delivered_now = queue.receive()  # the retry, and the catch-ups the first attempt sent
+    (retry,) = [message for message in delivered_now if message["messageId"] == record["messageId"]]
+    assert queue.run(retry) == []
+    others = [message["body"] for message in delivered_now if message is not retry]
+    caught_up = [json.loads(body)["id"] for body in others + [m["Body"] for m in aws.receive(queue.url)]]
+    assert sorted(set(caught_up)) == [job_id(CATCHING_UP, moment) for moment in OUTAGE[-MAX_CATCH_UP_RUNS:]]
+    recorded = rows(audit, CATCHING_UP)
+    assert [recorded[moment][0] for moment in OUTAGE[:-MAX_CATCH_UP_RUNS]] == [RunStatus.MISSED] * 2
 
 
 def _refuse_every_entry(**request: Any) -> dict[str, Any]:

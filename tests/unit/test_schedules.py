@@ -169,6 +169,10 @@ def test_expression_means_what_eventbridge_documents(
         ({"flexible_window": timedelta(seconds=30)}, "flexible_window must be whole minutes between 1m and 1d"),
         ({"flexible_window": timedelta(seconds=90)}, "flexible_window must be whole minutes"),
         ({"flexible_window": timedelta(minutes=1441)}, "flexible_window must be whole minutes"),
+        (
+            {"expression": "rate(15 minutes)", "flexible_window": timedelta(minutes=15)},
+            "flexible_window must be shorter than the shortest time between occurrences (15m)",
+        ),
         ({"shards": 0}, "shards must be between 1 and 32, got 0"),
         ({"shards": 33}, "shards must be between 1 and 32, got 33"),
         ({"missed": catch_up(0)}, "catch_up(max_runs) must be between 1 and 100, got 0"),
@@ -250,7 +254,7 @@ def test_job_keyed_on_payload_fields_cannot_be_scheduled() -> None:
 
 def test_flexible_window_must_end_before_the_job_would_expire() -> None:
     short = dataclasses.replace(build_report, retry=RetryPolicy(max_wall_time=timedelta(hours=1)))
-    late = dataclasses.replace(HEARTBEAT, flexible_window=timedelta(hours=1))
+    late = dataclasses.replace(NIGHTLY_REPORT, flexible_window=timedelta(hours=1))
     with pytest.raises(DeclarationError, match=r"flexible_window must be shorter than the retry.max_wall_time"):
         topology(late, job_types=(short,))
 
