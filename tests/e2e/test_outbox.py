@@ -108,7 +108,8 @@ def start_relay(runtime: InProcess) -> StartRelay:
     local = runtime.runtime
     stopped = local.stream_pollers[OUTBOX_SOURCE]
     stopped.stop()
-    assert stopped.join(time.monotonic() + STOP_S), "the runtime's outbox relay did not stop"
+    stop_deadline = time.monotonic() + STOP_S
+    assert stopped.join(stop_deadline), "the runtime's outbox relay did not stop"
 
     def start(handler: Handler) -> None:
         poller = StreamPoller(

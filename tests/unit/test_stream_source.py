@@ -346,9 +346,12 @@ def test_stop_lets_the_invocation_in_flight_finish_and_reads_no_more(stream: Str
     assert gate.entered.wait(WAIT_S)
     poller.stop()
     stream.put("b")
-    assert not poller.join(time.monotonic())  # still in flight
+    now = time.monotonic()
+    still_in_flight = not poller.join(now)  # a deadline of now: is the held invocation still running?
+    assert still_in_flight
     gate.released.set()
-    assert poller.join(time.monotonic() + STOP_S)
+    stop_deadline = time.monotonic() + STOP_S
+    assert poller.join(stop_deadline)
     assert gate.finished == [["a"]]
 
 
