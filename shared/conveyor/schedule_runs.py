@@ -195,8 +195,18 @@ class ScheduleRuns:
         return self._finish(occurrence, RunStatus.SUCCEEDED, job_id=job_id, attempts=attempts)
 
     def record_failed(self, occurrence: Occurrence, *, job_id: str, attempts: int, reason: str) -> bool:
-        """The run was dead-lettered with ``reason``; a success recorded before is never overwritten."""
-        return self._finish(occurrence, RunStatus.FAILED, job_id=job_id, attempts=attempts, reason=reason)
+        """The run was dead-lettered with ``reason``: recorded for an occurrence nobody accounted for yet,
+        or one a run claimed. A stale copy dead-lettered for its age leaves a queued catch-up (pending),
+        a recorded miss and a success alone."""
+        return self._finish(
+            occurrence,
+            RunStatus.FAILED,
+            job_id=job_id,
+            attempts=attempts,
+            reason=reason,
+            condition=f"attribute_not_exists(#{STATUS}) OR #{STATUS} = :running",
+            condition_values={":running": _s(RunStatus.RUNNING)},
+        )
 
     def runs(self, schedule: str) -> list[RunRecord]:
         """Every recorded occurrence of ``schedule``, oldest first (a scan: for reports and tests)."""
@@ -273,8 +283,17 @@ class ScheduleRuns:
         return self._update(occurrence_key(occurrence), stamped, condition=f"attribute_not_exists(#{KEY})")
 
     def _finish(
-        self, occurrence: Occurrence, status: RunStatus, *, job_id: str, attempts: int, reason: str | None = None
+        self,
+        occurrence: Occurrence,
+        status: RunStatus,
+        *,
+        job_id: str,
+        attempts: int,
+        reason: str | None = None,
+        condition: str = f"attribute_not_exists(#{STATUS}) OR #{STATUS} <> :succeeded",
+        condition_values: Mapping[str, AttributeValue] | None = None,
     ) -> bool:
+        """Write the run's end; by default over anything but a success recorded before."""
         fields = {**self._stamp(occurrence, self._clock()), STATUS: _s(status), JOB_ID: _s(job_id)}
         fields[ATTEMPTS] = _n(attempts)
         if reason is not None:
@@ -282,8 +301,8 @@ class ScheduleRuns:
         return self._update(
             occurrence_key(occurrence),
             fields,
-            condition=f"attribute_not_exists(#{STATUS}) OR #{STATUS} <> :succeeded",
-            condition_values={":succeeded": _s(RunStatus.SUCCEEDED)},
+            condition=condition,
+            condition_values=condition_values or {":succeeded": _s(RunStatus.SUCCEEDED)},
         )
 
     def _update(

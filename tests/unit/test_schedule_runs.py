@@ -298,3 +298,20 @@ def test_a_continued_chunk_of_a_scheduled_job_is_not_taken_for_an_occurrence(
 
     assert runs == [chunk["id"]]
     assert audit.runs(SKIPPING.name) == []
+
+
+def test_a_stale_copy_dead_lettered_for_its_age_leaves_a_queued_catch_up_alone(
+    queue: QueueDriver, audit: ScheduleRuns, aws: Aws
+) -> None:
+    """Scheduler's own delivery of a missed occurrence turns up after the outage, too old to run."""
+    run_occurrence(queue, CATCHING_UP, BEFORE)
+    run_occurrence(queue, CATCHING_UP, AFTER)  # catches up the newest missed occurrences
+    assert len(aws.receive(queue.url)) == MAX_CATCH_UP_RUNS  # the catch-ups, held aside
+    late = OUTAGE[-1]
+    queue.now = late + timedelta(days=2)  # past tick's max_wall_time: dead-lettered on arrival
+    stale = queue.send_and_receive(delivered(CATCHING_UP, late))
+
+    assert queue.run(stale) == []
+
+    assert [letter.attributes["conveyor.reason"] for letter in queue.dead_letters()] == [Reason.DEADLINE_EXCEEDED]
+    assert rows(audit, CATCHING_UP)[late] == (RunStatus.PENDING, CAUGHT_UP)
