@@ -7,6 +7,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from conveyor import message_attributes as attrs
+from conveyor.timestamps import parse_utc
 
 MILLISECONDS = 1000
 
@@ -16,10 +17,9 @@ def _parse_time(text: str | None) -> datetime | None:
     if not text:
         return None
     try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_utc(text)
     except ValueError:
         return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _redriven_at(event_attributes: dict[str, Any], raw: dict[str, Any]) -> datetime | None:

@@ -26,6 +26,7 @@ from botocore.exceptions import ClientError
 from conveyor import limits
 from conveyor.durations import format_duration
 from conveyor.errors import ConveyorError, TransactionCanceledError, TransactionConditionError
+from conveyor.timestamps import parse_utc, utc_text
 
 # The item. ``expires_at`` is whole epoch seconds, the form DynamoDB TTL reads; see docs/leases.md
 # before enabling TTL on it, as a deleted item restarts the token.
@@ -132,7 +133,7 @@ class Leases:
                 ExpressionAttributeValues={
                     **values,
                     ":lease_now": _epoch_value(now),
-                    ":lease_acquired_at": {"S": now.astimezone(UTC).isoformat().replace("+00:00", "Z")},
+                    ":lease_acquired_at": {"S": utc_text(now)},
                     ":lease_one": {"N": "1"},
                 },
                 ReturnValues="ALL_NEW",
@@ -276,7 +277,7 @@ def _lease(name: str, item: Mapping[str, Any]) -> Lease:
         name=name,
         holder=item[HOLDER]["S"],
         token=int(item[TOKEN]["N"]),
-        acquired_at=datetime.fromisoformat(item[ACQUIRED_AT]["S"]),
+        acquired_at=parse_utc(item[ACQUIRED_AT]["S"]),
         expires_at=datetime.fromtimestamp(int(item[EXPIRES_AT]["N"]), UTC),
     )
 

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from conveyor.timestamps import utc_text
+
 REASON = "conveyor.reason"
 ERROR_CLASS = "conveyor.error_class"
 ERROR = "conveyor.error"
@@ -36,7 +38,7 @@ def number(value: int) -> dict[str, str]:
 
 
 def timestamp(value: datetime) -> dict[str, str]:
-    return string(value.isoformat().replace("+00:00", "Z"))
+    return string(utc_text(value))
 
 
 def from_event(event_attributes: Mapping[str, Any]) -> SendAttributes:

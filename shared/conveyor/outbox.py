@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from conveyor.timestamps import utc_text
+
 # Where the stack tells producers and the relay the table's name; locally it is naming.table_name(naming.OUTBOX_TABLE).
 OUTBOX_TABLE_ENV = "CONVEYOR_OUTBOX_TABLE"
 
@@ -39,7 +41,7 @@ class OutboxEntry:
             KEY: {"S": self.job_id},
             QUEUE: {"S": self.queue},
             ENVELOPE: {"S": self.envelope},
-            CREATED_AT: {"S": self.created_at.isoformat().replace("+00:00", "Z")},
+            CREATED_AT: {"S": utc_text(self.created_at)},
             EXPIRES_AT: {"N": str(int((self.created_at + RETENTION).timestamp()))},
         }
         if self.group is not None:

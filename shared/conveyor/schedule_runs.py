@@ -21,7 +21,7 @@ applies the schedule's missed-run policy to the occurrences in between, then adv
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -36,7 +36,6 @@ from conveyor.errors import ConveyorError
 from conveyor.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED, metric_set
 from conveyor.schedules import (
     ORIGIN_PREFIX,
-    SCHEDULED_TIME_FORMAT,
     MissedRunPlan,
     Occurrence,
     Schedule,
@@ -48,6 +47,7 @@ from conveyor.schedules import (
     schedule_input,
 )
 from conveyor.settings import SERVICE_NAME
+from conveyor.timestamps import parse_utc, utc_text
 
 logger = Logger(service=SERVICE_NAME)
 
@@ -131,11 +131,7 @@ def shards_of(schedule: Schedule) -> list[int | None]:
 
 def _time(moment: datetime) -> str:
     """Scheduler's own format: whole seconds, UTC, so that text order is time order."""
-    return moment.astimezone(UTC).strftime(SCHEDULED_TIME_FORMAT)
-
-
-def _parse_time(text: str) -> datetime:
-    return datetime.strptime(text, SCHEDULED_TIME_FORMAT).replace(tzinfo=UTC)
+    return utc_text(moment, timespec="seconds")
 
 
 def _s(text: str) -> AttributeValue:
@@ -228,7 +224,7 @@ class ScheduleRuns:
             return None
 
         def moment(name: str) -> datetime | None:
-            return _parse_time(item[name]["S"]) if name in item else None
+            return parse_utc(item[name]["S"]) if name in item else None
 
         return ScheduleState(
             last_scheduled=moment(LAST_SCHEDULED),
@@ -337,7 +333,7 @@ class ScheduleRuns:
 def _record(item: Mapping[str, AttributeValue]) -> RunRecord:
     shard = int(item[SHARD]["N"]) if SHARD in item else None
     return RunRecord(
-        occurrence=Occurrence(item[SCHEDULE]["S"], _parse_time(item[SCHEDULED_AT]["S"]), shard),
+        occurrence=Occurrence(item[SCHEDULE]["S"], parse_utc(item[SCHEDULED_AT]["S"]), shard),
         status=RunStatus(item[STATUS]["S"]),
         reason=item[REASON]["S"] if REASON in item else None,
         attempts=int(item[ATTEMPTS]["N"]) if ATTEMPTS in item else None,

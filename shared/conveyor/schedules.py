@@ -42,6 +42,7 @@ from croniter import CroniterBadDateError, CroniterError, croniter
 from conveyor.declarations import DeclarationError, JobType
 from conveyor.durations import format_duration
 from conveyor.errors import ContractError
+from conveyor.timestamps import parse_utc, utc_text
 
 # https://docs.aws.amazon.com/scheduler/latest/APIReference/API_CreateSchedule.html
 SCHEDULER_MAX_NAME_LENGTH = 64
@@ -65,7 +66,6 @@ MAX_CATCH_UP_RUNS = 100
 SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
 SCHEDULE_ARN = "<aws.scheduler.schedule-arn>"
 # How Scheduler writes the scheduled time, for example 2022-03-22T18:59:43Z.
-SCHEDULED_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 ORIGIN_PREFIX = "schedule:"
 # The payload fields a sharded schedule fills in.
 SHARD_FIELD = "shard"
@@ -631,7 +631,7 @@ def schedule_inputs(schedule: Schedule, job_type: JobType[Any]) -> tuple[str, ..
 def render_input(template: str, scheduled_time: datetime, schedule_arn: str) -> str:
     """The input as Scheduler delivers it: each context attribute replaced by its value, as text."""
     _require_aware(scheduled_time)
-    text = scheduled_time.astimezone(UTC).strftime(SCHEDULED_TIME_FORMAT)
+    text = utc_text(scheduled_time, timespec="seconds")
     return template.replace(SCHEDULED_TIME, text).replace(SCHEDULE_ARN, schedule_arn)
 
 
@@ -653,7 +653,7 @@ def parse_occurrence_id(job_id: str) -> Occurrence | None:
     match = _OCCURRENCE_ID.match(job_id)
     if match is None:
         return None
-    moment = datetime.strptime(match["time"], SCHEDULED_TIME_FORMAT).replace(tzinfo=UTC)
+    moment = parse_utc(match["time"])
     return Occurrence(match["name"], moment, None if match["shard"] is None else int(match["shard"]))
 
 

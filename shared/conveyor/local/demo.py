@@ -26,9 +26,10 @@ from conveyor.ops.status import queue_counts
 from conveyor.outcomes import JobOutcome, Kind
 from conveyor.relay import RELAY_SOURCE, SEQUENCE_NUMBER
 from conveyor.schedule_runs import RunRecord, ScheduleRuns, ScheduleState
-from conveyor.schedules import SCHEDULED_TIME_FORMAT, Schedule
+from conveyor.schedules import Schedule
 from conveyor.settings import SERVICE_NAME
 from conveyor.stats import JobStats, percentile, read_stats, render_stats
+from conveyor.timestamps import utc_text
 
 # The scenario must settle (queues empty, nothing in flight) within this long.
 SETTLE_TIMEOUT_S = 110.0
@@ -165,7 +166,7 @@ def read_schedule_histories(runtime: LocalRuntime) -> list[ScheduleHistory]:
 
 
 def _moment(moment: datetime | None) -> str:
-    return moment.strftime(SCHEDULED_TIME_FORMAT) if moment else "-"
+    return utc_text(moment, timespec="seconds") if moment else "-"
 
 
 def schedule_lines(history: ScheduleHistory) -> list[str]:

@@ -48,6 +48,7 @@ from typing import Any, cast
 from conveyor import relay_mapping
 from conveyor.local.event_source import Handler, failed_ids
 from conveyor.local.lambda_context import LocalLambdaContext
+from conveyor.timestamps import utc_text
 
 log = logging.getLogger(__name__)
 
@@ -363,7 +364,7 @@ class StreamPoller:
                 "approximateInvokeCount": batch.invocations,
             },
             "version": INVOCATION_RECORD_VERSION,
-            "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "timestamp": utc_text(datetime.now(UTC), timespec="milliseconds"),
             "DDBStreamBatchInfo": {
                 "shardId": shard_id,
                 "startSequenceNumber": _sequence_number(first),
@@ -392,4 +393,4 @@ class StreamPoller:
 
 
 def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utc_text(value, timespec="seconds")

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from conveyor.timestamps import utc_text
+
 AUDIT_KEY = "id"
 AUDIT_TTL = "expires_at"
 # Long enough to answer "what happened last year" in a post-mortem.
@@ -35,7 +37,7 @@ class AuditLog:
 
     def record(self, action: str, *, queue: str | None, details: Mapping[str, Any]) -> AuditEntry:
         now = datetime.now(UTC)
-        at = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        at = utc_text(now, timespec="milliseconds")
         entry = AuditEntry(
             id=f"{at}#{uuid.uuid4().hex[:12]}",
             at=at,

@@ -17,6 +17,7 @@ from conveyor.envelope import Envelope, parse_envelope
 from conveyor.errors import ContractError
 from conveyor.payloads import MASK, mask_values, sensitive_fields, sensitive_values
 from conveyor.reasons import RELAY_ONLY, Reason
+from conveyor.timestamps import parse_utc
 
 RECEIVE_LIMIT = "receive_limit"
 # What a job queue's DLQ entry can say: the harness's reasons, or SQS's own redrive.
@@ -31,12 +32,11 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
     except ValueError:
         pass
     try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        return parse_utc(text)
     except ValueError as error:
         raise ValueError(
             f"time stamp {text!r}: expected ISO 8601 (2026-11-29T16:00:00Z) or a duration ago (90s, 15m, 2h, 1d)"
         ) from error
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _attribute(message: Mapping[str, Any], name: str) -> str | None:
