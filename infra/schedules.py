@@ -23,9 +23,9 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from conveyor import metrics, naming
+from conveyor import limits, metrics, naming
 from conveyor.declarations import DeclarationError, JobType, Topology
-from conveyor.schedules import SCHEDULER_MAX_NAME_LENGTH, Schedule, occurrence_gaps, schedule_inputs
+from conveyor.schedules import Schedule, occurrence_gaps, schedule_inputs
 from conveyor.settings import METRICS_NAMESPACE
 from infra.job_queue import DLQ_DEPTH_THRESHOLD, DLQ_RETENTION, METRIC_PERIOD
 
@@ -106,10 +106,10 @@ def max_event_age(schedule: Schedule, job_type: JobType[Any]) -> timedelta:
 def scheduler_name(prefix: str, schedule: Schedule, shard: int) -> str:
     """``<prefix>-<schedule>``, plus ``-<shard>`` on a sharded schedule."""
     name = f"{prefix}-{schedule.name}" + (f"-{shard}" if schedule.shards > 1 else "")
-    if len(name) > SCHEDULER_MAX_NAME_LENGTH:
+    if len(name) > limits.SCHEDULER_MAX_NAME_LENGTH:
         raise DeclarationError(
             f"schedule {schedule.name!r}: its Scheduler name {name!r} has {len(name)} characters, over "
-            f"Scheduler's {SCHEDULER_MAX_NAME_LENGTH}; shorten the schedule's name or the prefix"
+            f"Scheduler's {limits.SCHEDULER_MAX_NAME_LENGTH}; shorten the schedule's name or the prefix"
         )
     return name
 

@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 from conveyor import limits
 from conveyor.errors import CheckpointError, CheckpointTooLargeError, Continued
+from conveyor.sizes import item_bytes
 
 # The item; the stack and the local runtime create the table with KEY and the TTL attribute EXPIRES_AT.
 KEY = "key"
@@ -68,14 +69,6 @@ class Saved:
 
     state_json: str
     chunk: Chunk
-
-
-def item_bytes(item: Mapping[str, Mapping[str, str]]) -> int:
-    """An upper bound of the item's size as DynamoDB counts it: names and values, numbers at their widest."""
-    return sum(
-        len(name.encode()) + (limits.DYNAMODB_MAX_NUMBER_BYTES if "N" in value else len(value["S"].encode()))
-        for name, value in item.items()
-    )
 
 
 class CheckpointStore:

@@ -39,15 +39,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
+from conveyor import limits
 from conveyor.declarations import DeclarationError, JobType
 from conveyor.durations import format_duration
 from conveyor.errors import ContractError
 from conveyor.timestamps import parse_utc, utc_text
 
-# https://docs.aws.amazon.com/scheduler/latest/APIReference/API_CreateSchedule.html
-SCHEDULER_MAX_NAME_LENGTH = 64
-MIN_FLEXIBLE_WINDOW = timedelta(minutes=1)
-MAX_FLEXIBLE_WINDOW = timedelta(minutes=1440)
 # https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-cron-expressions.html
 CRON_MIN_YEAR = 1970
 CRON_MAX_YEAR = 2199
@@ -186,12 +183,12 @@ class Schedule:
 
     def _check_options(self, where: str) -> None:
         window = self.flexible_window
+        least, most = limits.SCHEDULER_MIN_FLEXIBLE_WINDOW, limits.SCHEDULER_MAX_FLEXIBLE_WINDOW
         _require(
-            window is None
-            or (MIN_FLEXIBLE_WINDOW <= window <= MAX_FLEXIBLE_WINDOW and not window % MIN_FLEXIBLE_WINDOW),
+            window is None or (least <= window <= most and not window % least),
             where,
-            f"flexible_window must be whole minutes between {format_duration(MIN_FLEXIBLE_WINDOW)} and "
-            f"{format_duration(MAX_FLEXIBLE_WINDOW)}, or None for exactly on time",
+            f"flexible_window must be whole minutes between {format_duration(least)} and "
+            f"{format_duration(most)}, or None for exactly on time",
         )
         _require(1 <= self.shards <= MAX_SHARDS, where, f"shards must be between 1 and {MAX_SHARDS}, got {self.shards}")
         _require(

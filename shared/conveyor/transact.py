@@ -19,6 +19,7 @@ from botocore.validate import validate_parameters
 
 from conveyor import limits, outbox
 from conveyor.errors import EnqueueError, InvalidJobError, TransactionCanceledError, TransactionConditionError
+from conveyor.sizes import item_bytes
 
 if TYPE_CHECKING:
     from conveyor.producer import PreparedJob  # the producer imports this module
@@ -31,13 +32,6 @@ CANCELED = "TransactionCanceledException"
 CONDITION_FAILED = "ConditionalCheckFailed"
 NOT_FAILED = "None"
 NEW_OUTBOX_ITEM = f"attribute_not_exists({outbox.KEY})"
-
-# Sizes as DynamoDB counts them, each attribute being its name's UTF-8 bytes plus its value's:
-# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html
-CONTAINER_OVERHEAD = 3  # a List or a Map
-ELEMENT_OVERHEAD = 1  # each element of a List or a Map
-NUMBER_OVERHEAD = 1  # on top of one byte per two digits
-FLAG_SIZE = 1  # a Boolean or a Null
 
 _deserializer = TypeDeserializer()
 
@@ -139,7 +133,7 @@ class OutboxWriter:
             # What DynamoDB will count is unknown for an item that an Update grows or that a Delete
             # removes, so each action counts the attributes it carries: its Item or Key, and its
             # expression attribute values.
-            size = _item_size(carried) + _item_size(body.get("ExpressionAttributeValues", {}))
+            size = item_bytes(carried) + item_bytes(body.get("ExpressionAttributeValues", {}))
         except ValueError as error:
             raise InvalidJobError(f"{where}: {error}") from error
         names = self._table_key(body["TableName"], where) if operation == "Put" else tuple(carried)
@@ -172,49 +166,6 @@ def _key(attributes: Mapping[str, Any], names: Sequence[str], where: str) -> Key
             raise InvalidJobError(f"{where}: key attribute {name!r} must be a string (S), number (N) or binary (B)")
         key.append((name, _deserializer.deserialize(value)))
     return tuple(key)
-
-
-def _item_size(item: Mapping[str, Any]) -> int:
-    return sum(_utf8(name) + _value_size(value) for name, value in item.items())
-
-
-def _value_size(value: Mapping[str, Any]) -> int:
-    """What DynamoDB counts for one value in wire format; over, never under, for numbers."""
-    if len(value) != 1:
-        raise ValueError("an attribute value holds exactly one type, as {'S': 'text'} or {'N': '5'}")
-    ((tag, data),) = value.items()
-    match tag:
-        case "S":
-            return _utf8(data)
-        case "N":
-            return _number_size(data)
-        case "B":
-            return _binary_size(data)
-        case "SS":
-            return sum(map(_utf8, data))
-        case "NS":
-            return sum(map(_number_size, data))
-        case "BS":
-            return sum(map(_binary_size, data))
-        case "L":
-            return CONTAINER_OVERHEAD + sum(ELEMENT_OVERHEAD + _value_size(element) for element in data)
-        case "M":
-            return CONTAINER_OVERHEAD + ELEMENT_OVERHEAD * len(data) + _item_size(data)
-        case _:  # BOOL or NULL; botocore has refused anything else
-            return FLAG_SIZE
-
-
-def _utf8(text: str) -> int:
-    return len(text.encode())
-
-
-def _number_size(text: str) -> int:
-    """Every character counted as a significant digit, so never under (DynamoDB trims zeros, sign, exponent)."""
-    return (len(text) + 1) // 2 + NUMBER_OVERHEAD
-
-
-def _binary_size(data: bytes | str) -> int:
-    return len(data.encode() if isinstance(data, str) else data)
 
 
 def _check_sizes(actions: Sequence[_Action]) -> None:
