@@ -26,6 +26,8 @@ class Failure:
     last_failed_at: datetime
     job_type: str | None = None
     job_id: str | None = None
+    # The CLI redrive that returned the job, so that redrive's canary can tell it failed again.
+    redrive_id: str | None = None
 
 
 def truncate(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -53,9 +55,8 @@ class DeadLetterQueue:
             attributes[attrs.JOB_TYPE] = attrs.string(failure.job_type)
         if failure.job_id:
             attributes[attrs.JOB_ID] = attrs.string(failure.job_id)
-        redrive_id = attrs.read_string(record.raw_event.get("messageAttributes") or {}, attrs.REDRIVE_ID)
-        if redrive_id:  # so the redrive's canary can tell this job failed again
-            attributes[attrs.REDRIVE_ID] = attrs.string(redrive_id)
+        if failure.redrive_id:
+            attributes[attrs.REDRIVE_ID] = attrs.string(failure.redrive_id)
         request: dict[str, Any] = {"QueueUrl": self._url, "MessageBody": record.body, "MessageAttributes": attributes}
         if self._fifo:
             request["MessageGroupId"] = record.attributes.message_group_id or record.message_id

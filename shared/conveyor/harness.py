@@ -24,7 +24,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
 from conveyor import limits
-from conveyor import message_attributes as attrs
 from conveyor.checkpoints import CheckpointStore, Chunk, Progress
 from conveyor.classify import FailureKind, classify
 from conveyor.dead_letter import DeadLetterQueue, Failure
@@ -365,18 +364,11 @@ class Harness:
             self._set_visibility(record, delay)
             self._report(kind, delivery, envelope)
             raise RetryScheduledError(f"deferred {delay.total_seconds():.1f}s on a FIFO queue")
-        attributes = attrs.from_event(delivery.event_attributes)
-        attributes[attrs.PRIOR_ATTEMPTS] = attrs.number(delivery.attempt - 1)
-        if delivery.receive_count > 1 or delivery.carried_first_failure:
-            attributes[attrs.FIRST_FAILED_AT] = attrs.timestamp(delivery.first_failed_at(now))
-        attributes.pop(attrs.NOT_BEFORE, None)
-        if delay > limits.SQS_MAX_DELAY:
-            attributes[attrs.NOT_BEFORE] = attrs.timestamp(now + delay)
         self._sqs.send_message(
             QueueUrl=self._settings.queue_url,
             MessageBody=record.body,
             DelaySeconds=math.ceil(min(delay, limits.SQS_MAX_DELAY).total_seconds()),
-            MessageAttributes=attributes,
+            MessageAttributes=delivery.carried(now, now + delay if delay > limits.SQS_MAX_DELAY else None),
         )
         self._report(kind, delivery, envelope)
 
@@ -400,6 +392,7 @@ class Harness:
             last_failed_at=now,
             job_type=envelope.type if envelope else None,
             job_id=envelope.id if envelope else None,
+            redrive_id=delivery.redrive_id,
         )
         self._dlq.send(record, failure)
         if envelope and self._scheduled:

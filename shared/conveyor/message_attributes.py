@@ -1,7 +1,18 @@
-"""The SQS message attributes Conveyor writes, and conversion from the Lambda event's shape.
+"""The SQS message attributes Conveyor writes, and reading them from the Lambda event's shape.
 
-A DLQ entry carries its failure context in these attributes, so `jobs dlq` can filter on
-them without parsing bodies. SQS allows at most 10 attributes per message.
+SQS allows at most 10 attributes per message (conveyor.limits), so each kind of message has a
+fixed set, never a copy of another's:
+
+- a DLQ entry (conveyor.dead_letter): its failure context, so `jobs dlq` filters without
+  parsing bodies: reason, error_class, error, attempts, source_queue, first_failed_at,
+  last_failed_at, job_type, job_id and redrive_id: at most 10;
+- a job on its own queue: what the harness reads back (conveyor.delivery): prior_attempts,
+  first_failed_at, not_before, redriven_at and redrive_id: at most 5. The CLI's redrive sends
+  two of them; a snooze or deferral sends what ``Delivery.carried`` gives.
+
+An entry moved back from the DLQ with its attributes (the SQS console, StartMessageMoveTask)
+arrives on the job's queue with the DLQ set; the harness reads it as redriven and re-sends only
+its own set.
 """
 
 from collections.abc import Mapping
@@ -39,15 +50,6 @@ def number(value: int) -> dict[str, str]:
 
 def timestamp(value: datetime) -> dict[str, str]:
     return string(utc_text(value))
-
-
-def from_event(event_attributes: Mapping[str, Any]) -> SendAttributes:
-    """Lambda's ``{"stringValue", "dataType"}`` attributes in SendMessage's shape (string kinds only)."""
-    return {
-        name: {"DataType": value["dataType"], "StringValue": value["stringValue"]}
-        for name, value in event_attributes.items()
-        if value.get("stringValue") is not None
-    }
 
 
 def read_string(event_attributes: Mapping[str, Any], name: str) -> str | None:

@@ -19,6 +19,7 @@ import pytest
 from botocore.stub import Stubber
 from pydantic import Field
 
+from conveyor import limits
 from conveyor import message_attributes as attrs
 from conveyor.declarations import Queue, RetryPolicy, Topology, job
 from conveyor.errors import PermanentError, Snooze
@@ -30,6 +31,7 @@ from functions.providers.effects import Effect, EffectsLedger
 from functions.topology import TOPOLOGY
 from tests.aws import Aws, moto_aws
 from tests.harness_support import (
+    DEFAULT_AGE,
     DEFAULT_SEED,
     FIXED_NOW,
     DeadLetter,
@@ -71,6 +73,7 @@ class Step(Payload):
     key: str = Field(min_length=1)
     fail_attempts: int = 0
     snooze_s: float = 0
+    snoozes: int | None = None  # snooze on the first this many runs only; None: on every run
     outcome: Literal["succeed", "permanent", "declared_permanent"] = "succeed"
     count: int = 0  # sent as "5" to show strict validation
 
@@ -84,7 +87,9 @@ def perform_step(payload: Step, ctx: JobContext) -> None:
     RUNS.append((payload.key, ctx.attempt))
     if ctx.attempt <= payload.fail_attempts:
         raise FlakyError(f"{payload.key} failed on attempt {ctx.attempt}")
-    if payload.snooze_s:
+    if payload.snooze_s and (
+        payload.snoozes is None or len([run for run in RUNS if run[0] == payload.key]) <= payload.snoozes
+    ):
         raise Snooze(timedelta(seconds=payload.snooze_s))
     if payload.outcome == "permanent":
         raise PermanentError(f"{payload.key} can never succeed")
@@ -835,6 +840,49 @@ def test_snooze_past_fifteen_minutes_waits_out_not_before_across_resends(
     standard.resend_now(copy)
     resent_copy(standard, standard.receive_one())  # runs, and (this job being sleepy) snoozes again
     assert runs == [("hibernate", 1), ("hibernate", 1)]
+
+
+def moved_back(queue: QueueDriver, letter: DeadLetter, body: str) -> Record:
+    """``body`` on its queue with the dead letter's attributes, as the SQS console's redrive (a move task) leaves it."""
+    queue.send(body, attributes={name: attrs.string(value) for name, value in letter.attributes.items()})
+    return queue.receive_one()
+
+
+@pytest.mark.parametrize(
+    "age",
+    [
+        pytest.param(DEFAULT_AGE, id="recent"),
+        # Older than its max_wall_time: only the move back grants it a fresh window.
+        pytest.param(STEP_RETRY.max_wall_time + timedelta(days=1), id="past-its-wall-time"),
+    ],
+)
+def test_job_moved_back_from_its_dlq_with_its_attributes_then_snoozed_an_hour_is_resent_and_succeeds(
+    standard: QueueDriver, runs: list[tuple[str, int]], age: timedelta
+) -> None:
+    """A move back keeps the entry's ten attributes; SQS refuses an eleventh, so the copy must carry its own set."""
+    standard.now = datetime.now(UTC)  # a move's first receive is checked against SQS's own clock
+    # A job the CLI redrove once, that failed again: its DLQ entry has every attribute (ten).
+    standard.send(
+        step_body("doomed", outcome="permanent"),
+        attributes={attrs.REDRIVEN_AT: attrs.timestamp(standard.now), attrs.REDRIVE_ID: attrs.string("r-1")},
+    )
+    assert standard.run(standard.receive_one()) == []
+    (letter,) = standard.dead_letters()
+    assert len(letter.attributes) == limits.SQS_MAX_MESSAGE_ATTRIBUTES
+
+    body = envelope("step", {"key": "napper", "snooze_s": 3600, "snoozes": 1}, created_at=standard.now - age)
+    copy = resent_copy(standard, moved_back(standard, letter, body))
+
+    assert copy["DelaySeconds"] == limits.SQS_MAX_DELAY.total_seconds()
+    carried = copy_attributes(copy)
+    assert set(carried) == {attrs.PRIOR_ATTEMPTS, attrs.FIRST_FAILED_AT, attrs.NOT_BEFORE, attrs.REDRIVEN_AT}
+    assert standard.delayed_count() == 1, "SQS (strict) accepted the copy"
+
+    standard.now += timedelta(hours=1)
+    standard.resend_now(copy)
+    assert standard.run(standard.receive_one()) == []
+    assert runs == [("doomed", 1), ("napper", 1), ("napper", 1)]
+    assert standard.dead_letters() == []
 
 
 # --- 10. upcasting ------------------------------------------------------------------------------
