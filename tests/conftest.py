@@ -1,6 +1,8 @@
-"""Session-wide test settings: no real AWS is ever reachable from the test suite."""
+"""Session-wide test settings: no real AWS is ever reachable from the test suite, and moto is strict."""
 
 import os
+
+from conveyor.local import strict
 
 # Fake credentials and a fixed region for moto; no call may leave the machine.
 os.environ.update(
@@ -18,3 +20,6 @@ os.environ.update(
 )
 os.environ.pop("AWS_ENDPOINT_URL", None)
 os.environ.pop("AWS_PROFILE", None)
+
+# Every in-process moto request is held to AWS's limits, before any client is made.
+strict.install()

@@ -99,7 +99,7 @@ def test_status_reports_every_field_per_queue(aws: LocalAws, runtime: InProcess,
     assert status["dlq_visible"] == 2
     assert status["paused"] is False
     assert status["max_concurrency"] == TOPOLOGY.queue(QUEUE).max_concurrency
-    assert status["job_types"] == ["slow_charge", "always_fails", "record_effect"]
+    assert status["job_types"] == ["slow_charge", "always_fails", "record_effect", "comeback"]
     assert {"visible", "in_flight", "delayed", "oldest_age_s"} <= status.keys()
     table = cli(tmp_path, "status", QUEUE)
     assert table.returncode == 0

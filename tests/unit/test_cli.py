@@ -73,7 +73,7 @@ def test_local_runtime_without_moto_says_how_to_install_it(
 
     from conveyor.local.embedded import free_port
 
-    monkeypatch.setitem(sys.modules, "moto.server", None)  # what an uninstalled package looks like
+    monkeypatch.setitem(sys.modules, "moto.moto_server.werkzeug_app", None)  # what an uninstalled package looks like
     code, _, err = run(capsys, "local", "up", "--port", str(free_port()))
     assert code == 1
     assert err.startswith("jobs: the local runtime needs moto")

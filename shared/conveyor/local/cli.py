@@ -45,8 +45,8 @@ class _StopSignals:
             time.sleep(STOP_CHECK_S)
 
 
-def _start_server(port: int) -> EmbeddedAws:
-    server = EmbeddedAws(port)
+def _start_server(port: int, *, strict: bool = True) -> EmbeddedAws:
+    server = EmbeddedAws(port, strict=strict)
     try:
         server.start()
     except LocalRuntimeError as error:
@@ -83,11 +83,17 @@ def local() -> None:
 @local.command()
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--grace", default=DEFAULT_GRACE_S, show_default=True, help="Seconds in-flight batches get on stop.")
+@click.option(
+    "--strict/--lenient",
+    default=True,
+    show_default=True,
+    help="Refuse what AWS refuses (docs/local.md); --lenient lets moto accept it, as moto alone would.",
+)
 @click.pass_obj
-def up(project: Project, port: int, grace: float) -> None:
+def up(project: Project, port: int, grace: float, strict: bool) -> None:
     """Start moto on 127.0.0.1, provision the declared topology and run every queue's worker."""
     topology = project.topology
-    server = _start_server(port)
+    server = _start_server(port, strict=strict)
     try:
         _run_until_stopped(topology, server.endpoint_url, grace, _fresh(RAW_VALUES_FILE))
     finally:

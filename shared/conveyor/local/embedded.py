@@ -1,13 +1,20 @@
-"""moto in server mode on 127.0.0.1: the embedded AWS other processes reach over HTTP."""
+"""moto in server mode on 127.0.0.1: the embedded AWS other processes reach over HTTP.
+
+moto's server app sits behind conveyor.local.strict's gateway, so every request, from any
+process, is held to AWS's limits and DynamoDB's atomicity (``strict=False`` drops the limits).
+"""
 
 import logging
 import socket
+import threading
 from typing import Any
 
 import boto3
 
 from conveyor.errors import ConveyorError
+from conveyor.local.move_tasks import MoveTasks
 from conveyor.local.sqs_metrics import SqsMetricsPublisher
+from conveyor.local.strict.server import StrictGateway
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 4566
@@ -39,9 +46,12 @@ def _check_port(port: int) -> None:
 class EmbeddedAws:
     """Start with ``start()``; ``endpoint_url`` is what AWS_ENDPOINT_URL should point at."""
 
-    def __init__(self, port: int = DEFAULT_PORT) -> None:
+    def __init__(self, port: int = DEFAULT_PORT, *, strict: bool = True) -> None:
         self.port = port
+        self.strict = strict
         self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._move_tasks: MoveTasks | None = None
         self._metrics: SqsMetricsPublisher | None = None
 
     @property
@@ -53,14 +63,24 @@ class EmbeddedAws:
         _check_port(self.port)
         try:
             # Imported here: moto is a development dependency, and `jobs` runs without it in production.
-            from moto.server import ThreadedMotoServer
+            from moto.moto_server.werkzeug_app import (
+                DomainDispatcherApplication,
+                MotoRequestHandler,
+                create_backend_app,
+            )
+            from werkzeug.serving import make_server
         except ImportError as error:
             raise LocalRuntimeError(
                 f"the local runtime needs moto ({error}); install it with: pip install 'conveyor[local]'"
             ) from error
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        self._server = ThreadedMotoServer(ip_address=LOOPBACK, port=self.port, verbose=False)
-        self._server.start()
+        self._move_tasks = MoveTasks(self.client("sqs"))
+        gateway = StrictGateway(
+            DomainDispatcherApplication(create_backend_app), move_tasks=self._move_tasks, strict=self.strict
+        )
+        self._server = make_server(LOOPBACK, self.port, gateway, threaded=True, request_handler=MotoRequestHandler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="embedded-aws", daemon=True)
+        self._thread.start()
         self._metrics = SqsMetricsPublisher(self.client("cloudwatch"))
         self._metrics.start()
 
@@ -79,6 +99,13 @@ class EmbeddedAws:
         if self._metrics is not None:
             self._metrics.stop()
             self._metrics = None
+        if self._move_tasks is not None:
+            self._move_tasks.stop()
+            self._move_tasks = None
         if self._server is not None:
-            self._server.stop()
+            self._server.shutdown()
+            self._server.server_close()
             self._server = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

@@ -1,0 +1,24 @@
+"""Every strict rule, by service and operation: one place that says what the embedded AWS refuses."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from conveyor.local.strict import dynamodb, event_sources, scheduler, sqs
+from conveyor.local.strict.violation import EntryFailures, Rule
+
+# Keyed by botocore's hyphenated service id, as client events name them.
+RULES: dict[str, dict[str, Rule]] = {
+    "sqs": sqs.RULES,
+    "dynamodb": dynamodb.RULES,
+    "scheduler": scheduler.RULES,
+    "lambda": event_sources.RULES,
+}
+
+
+def check(service: str, operation: str, params: Mapping[str, Any]) -> EntryFailures:
+    """Raise ``Violation`` if AWS would refuse this request; else the batch entries AWS would fail, if any.
+
+    Parameters are in wire (JSON) form: blobs as base64 text.
+    """
+    rule = RULES.get(service, {}).get(operation)
+    return (rule(params) if rule else None) or {}

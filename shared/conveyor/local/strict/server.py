@@ -1,0 +1,106 @@
+"""The embedded AWS's front door: AWS's limits, DynamoDB's atomicity and SQS move tasks, in front of moto.
+
+Every client of the local runtime, in any process or language, passes through here, so the
+checks do not depend on a hook in the caller. Three things moto does not do as AWS does:
+
+- it accepts requests AWS refuses: each JSON request is checked by the strict rules first, and
+  refused with AWS's own error response (batch entries AWS fails one by one become ``Failed``);
+- it applies a DynamoDB write in steps that a concurrent reader can observe (an ``UpdateItem``
+  on a new key stores the bare key first) and lets two conditional writes both pass: every
+  DynamoDB and DynamoDB Streams request runs alone, so each write, with its condition, is
+  atomic as every reader sees it, as DynamoDB guarantees;
+- it has no SQS message move tasks (DLQ redrive): conveyor.local.move_tasks emulates them.
+"""
+
+import json
+import threading
+from collections.abc import Callable, Iterable
+from io import BytesIO
+from typing import Any
+
+from conveyor.local.move_tasks import MoveTasks
+from conveyor.local.strict.rules import check
+from conveyor.local.strict.violation import ErrorResponse, Violation, error_response, failed_entry
+
+# X-Amz-Target prefixes of the JSON-protocol services, by botocore service id.
+TARGETS = {"AmazonSQS": "sqs", "DynamoDB_20120810": "dynamodb", "DynamoDBStreams_20120810": "dynamodbstreams"}
+# Requests on these share DynamoDB's data, so they are applied one at a time.
+SERIALISED = frozenset({"dynamodb", "dynamodbstreams"})
+JSON_CONTENT = "application/x-amz-json-1.0"
+OK = "200 OK"
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+def _status_line(status: int) -> str:
+    return {400: "400 Bad Request", 404: "404 Not Found"}.get(status, f"{status} Error")
+
+
+class StrictGateway:
+    """WSGI middleware around moto's server app; ``strict=False`` keeps atomicity and move tasks only."""
+
+    def __init__(self, app: WsgiApp, *, move_tasks: MoveTasks | None = None, strict: bool = True) -> None:
+        self._app = app
+        self._strict = strict
+        self.move_tasks = move_tasks
+        self._dynamodb = threading.Lock()
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        prefix, _, operation = str(environ.get("HTTP_X_AMZ_TARGET", "")).partition(".")
+        service = TARGETS.get(prefix)
+        if service is None:  # another protocol or service: moto's own handling
+            return self._app(environ, start_response)
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        params: dict[str, Any] = json.loads(body) if body.strip() else {}
+        try:
+            failures = check(service, operation, params) if self._strict else {}
+            if self.move_tasks and service == "sqs" and operation in MoveTasks.OPERATIONS:
+                return self._json(start_response, OK, self.move_tasks.handle(operation, params))
+        except Violation as violation:
+            return self._error(start_response, error_response(service, violation))
+        if failures:
+            params["Entries"] = [entry for entry in params["Entries"] if entry["Id"] not in failures]
+            failed = [failed_entry(entry_id, why) for entry_id, why in failures.items()]
+            if not params["Entries"]:
+                return self._json(start_response, OK, {"Successful": [], "Failed": failed})
+            return self._with_failures(environ, start_response, json.dumps(params).encode(), failed)
+        return self._forward(service, environ, start_response, body)
+
+    def _forward(self, service: str, environ: Environ, start_response: StartResponse, body: bytes) -> Iterable[bytes]:
+        environ["wsgi.input"] = BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        if service not in SERIALISED:
+            return self._app(environ, start_response)
+        with self._dynamodb:  # the whole response is produced inside: moto's write is done before anyone reads
+            return list(self._app(environ, start_response))
+
+    def _with_failures(
+        self, environ: Environ, start_response: StartResponse, body: bytes, failed: list[dict[str, Any]]
+    ) -> Iterable[bytes]:
+        """Send the entries AWS would accept to moto, then add the ones it would fail to the response."""
+        answer: dict[str, Any] = {}
+
+        def keep(status: str, headers: list[tuple[str, str]], *_: Any) -> None:
+            answer.update(status=status, headers=headers)
+
+        content = b"".join(self._forward("sqs", environ, keep, body))
+        if not str(answer["status"]).startswith("200"):
+            start_response(answer["status"], answer["headers"])
+            return [content]
+        result = json.loads(content)
+        result["Failed"] = [*result.get("Failed", []), *failed]
+        return self._json(start_response, answer["status"], result)
+
+    @staticmethod
+    def _json(start_response: StartResponse, status: str, result: dict[str, Any]) -> list[bytes]:
+        content = json.dumps(result).encode()
+        start_response(status, [("Content-Type", JSON_CONTENT), ("Content-Length", str(len(content)))])
+        return [content]
+
+    @staticmethod
+    def _error(start_response: StartResponse, response: ErrorResponse) -> list[bytes]:
+        headers = [*response.headers.items(), ("Content-Length", str(len(response.body)))]
+        start_response(_status_line(response.status), headers)
+        return [response.body]
