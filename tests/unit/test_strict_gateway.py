@@ -49,6 +49,15 @@ def client(server: EmbeddedAws, service: str) -> Any:
     return boto3.client(service, endpoint_url=server.endpoint_url, region_name=REGION)  # type: ignore[call-overload]
 
 
+def create_table(dynamodb: Any, name: str) -> None:
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
 def eleven_attributes() -> dict[str, dict[str, str]]:
     return {f"a{index}": {"DataType": "String", "StringValue": "v"} for index in range(11)}
 
@@ -95,12 +104,7 @@ def test_server_refuses_a_batch_over_ten_entries_with_the_modeled_exception(serv
 
 def test_server_refuses_an_item_over_400_kb(server: EmbeddedAws) -> None:
     dynamodb = client(server, "dynamodb")
-    dynamodb.create_table(
-        TableName="gateway-items",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_table(dynamodb, "gateway-items")
     # moto alone accepts up to 405,000 bytes; AWS stops at 409,600 counted as names plus values.
     item = {"pk": {"S": "k"}, "v": {"S": "x" * (409_600 - len("pk") - len("k") - len("v") + 1)}}
 
@@ -124,12 +128,7 @@ def test_lenient_server_lets_moto_accept_what_aws_refuses(lenient_server: Embedd
 def test_readers_never_see_a_half_applied_update(server: EmbeddedAws) -> None:
     """moto stores a new key's bare item before applying the update; AWS never shows it, nor does the gateway."""
     dynamodb = client(server, "dynamodb")
-    dynamodb.create_table(
-        TableName="gateway-atomic",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_table(dynamodb, "gateway-atomic")
     done = threading.Event()
     bare: list[dict[str, Any]] = []
 
@@ -159,12 +158,7 @@ def test_readers_never_see_a_half_applied_update(server: EmbeddedAws) -> None:
 
 def test_only_one_of_concurrent_conditional_writes_wins(server: EmbeddedAws) -> None:
     dynamodb = client(server, "dynamodb")
-    dynamodb.create_table(
-        TableName="gateway-claims",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_table(dynamodb, "gateway-claims")
     wins: list[tuple[int, int]] = []
     start = threading.Barrier(WRITERS)
 
