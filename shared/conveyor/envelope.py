@@ -51,10 +51,22 @@ def new_job_id() -> str:
     return str(uuid.uuid4())
 
 
+def parse_json(text: str) -> Any:
+    """``json.loads`` for text from outside: too deep a nesting is a ValueError, as any other bad JSON is.
+
+    The parser recurses once per level, so a hostile body nested a few thousand deep raises
+    RecursionError, which callers that expect ValueError for bad JSON would let escape.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError as error:
+        raise ValueError("JSON nested deeper than the parser allows") from error
+
+
 def parse_envelope(body: str) -> Envelope:
     """The envelope in ``body``, or a ContractError whose reason says what was wrong with it."""
     try:
-        document = json.loads(body)
+        document = parse_json(body)
     except ValueError as error:
         raise ContractError(Reason.INVALID_JSON, f"body is not JSON: {error}") from error
     if not isinstance(document, dict):

@@ -20,7 +20,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from conveyor.declarations import Topology
-from conveyor.harness import Harness, logger
+from conveyor.harness import Harness, RetryScheduledError, logger
 from conveyor.metrics import JobMetrics
 from conveyor.settings import WorkerSettings
 from conveyor.tracing import tracer
@@ -47,7 +47,13 @@ class Worker:
         processor.raise_on_entire_batch_failure = False
 
         def record_handler(record: SQSRecord) -> None:
-            self._harness.run_record(record, invocation)
+            try:
+                self._harness.run_record(record, invocation)
+            except RetryScheduledError:  # a retry the harness scheduled, and logged
+                raise
+            except Exception:  # a DLQ or re-send refused, say: the record comes back, and the reason is logged
+                logger.exception("record failed before its outcome was recorded; SQS will deliver it again")
+                raise
 
         try:
             return process_partial_response(

@@ -297,6 +297,7 @@ def test_a_file_edited_between_validation_and_sending_sends_nothing_unvalidated(
     ("bad_line", "reason"),
     [
         ('{"user_id": "u-3"', "line 3: not JSON: Expecting ',' delimiter"),
+        ('{"user_id": ' + "[" * 5000 + "]" * 5000 + "}", "line 3: not JSON: JSON nested deeper than the parser allows"),
         ('["u-3"]', "line 3: a JSON list, not an object"),
         ("{}", "line 3: user_id: Field required"),
         ('{"user_id": "u-3", "plan": "pro"}', "line 3: plan: Extra inputs are not permitted"),

@@ -91,13 +91,20 @@ def test_detail_of_an_unknown_type_masks_every_field() -> None:
     assert detail["envelope"]["data"] == {"card": MASK}
 
 
-def test_a_body_that_is_no_json_object_is_shown_only_when_asked_for() -> None:
-    entry = DlqEntry.of(_message("token=secret-token-123"))
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param("token=secret-token-123", id="not-json"),
+        pytest.param('{"token": "secret-token-123", "x": ' + "[" * 5000 + "]" * 5000 + "}", id="nested-5000-deep"),
+    ],
+)
+def test_a_body_that_is_no_json_object_is_shown_only_when_asked_for(body: str) -> None:
+    entry = DlqEntry.of(_message(body))
     hidden = entry.detail(TOPOLOGY)
     assert (hidden["envelope"], hidden["job_id"]) == (None, None)
     assert "secret-token-123" not in str(hidden)
     assert "--raw" in hidden["body"]
-    assert entry.detail(TOPOLOGY, raw=True)["body"] == "token=secret-token-123"
+    assert entry.detail(TOPOLOGY, raw=True)["body"] == body
 
 
 def test_an_invalid_envelope_is_still_masked_by_its_type() -> None:

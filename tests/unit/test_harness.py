@@ -402,6 +402,8 @@ def job_case(case_id: str, job_type: str, data: dict[str, Any], reason: Reason, 
 
 UNPROCESSABLE = [
     unprocessable("invalid_json", " {not json, ünïcode\n", Reason.INVALID_JSON),
+    # Deeper than Python's JSON parser recurses: it raises RecursionError, not a ValueError.
+    unprocessable("invalid_json-nested-5000-deep", '{"data": ' + "[" * 5000 + "]" * 5000 + "}", Reason.INVALID_JSON),
     unprocessable("invalid_envelope-array", '["step", {"key": "k"}]', Reason.INVALID_ENVELOPE),
     unprocessable(
         "invalid_envelope-no-created_at",
@@ -621,7 +623,9 @@ def test_dead_letter_that_cannot_be_sent_is_reported_failed_not_dropped(
     assert letter.attributes[attrs.ATTEMPTS] == "2"
 
 
-def test_snoozed_job_whose_copy_cannot_be_sent_stays_on_the_queue(standard: QueueDriver, aws: Aws) -> None:
+def test_snoozed_job_whose_copy_cannot_be_sent_stays_on_the_queue(
+    standard: QueueDriver, aws: Aws, caplog: pytest.LogCaptureFixture
+) -> None:
     record = standard.send_and_receive(step_body("k", snooze_s=30))
 
     with Stubber(aws.sqs) as sqs:
@@ -631,6 +635,9 @@ def test_snoozed_job_whose_copy_cannot_be_sent_stays_on_the_queue(standard: Queu
 
     assert standard.delayed_count() == 0
     assert standard.dead_letters() == []
+    (failure,) = [entry for entry in caplog.records if entry.getMessage().startswith("record failed before")]
+    assert failure.exc_info is not None, "logged with its error"
+    assert "InternalError" in str(failure.exc_info[1])
 
 
 def test_retry_whose_backoff_cannot_be_set_is_still_reported_failed(standard: QueueDriver, aws: Aws) -> None:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from conveyor import limits
 from conveyor.declarations import JobType, Topology
-from conveyor.envelope import summarize_validation_error
+from conveyor.envelope import parse_json, summarize_validation_error
 from conveyor.errors import ContractError, ConveyorError, EnqueueError, InvalidJobError
 from conveyor.ops.rate import RateLimiter
 from conveyor.producer import JobClient, JobRequest
@@ -91,7 +91,7 @@ class _Job:
 def parse_payload(job_type: JobType[Any], text: str) -> dict[str, Any]:
     """The JSON object in ``text`` once it passes the job type's payload model; ContractError names the field."""
     try:
-        document = json.loads(text)
+        document = parse_json(text)
     except ValueError as error:
         raise ContractError(Reason.INVALID_JSON, f"not JSON: {error}") from error
     if not isinstance(document, dict):

@@ -13,7 +13,7 @@ from typing import Any
 from conveyor import message_attributes as attrs
 from conveyor.declarations import Topology
 from conveyor.durations import parse_duration
-from conveyor.envelope import Envelope, parse_envelope
+from conveyor.envelope import Envelope, parse_envelope, parse_json
 from conveyor.errors import ContractError
 from conveyor.payloads import MASK, mask_values, sensitive_fields, sensitive_values
 from conveyor.reasons import RELAY_ONLY, Reason
@@ -122,7 +122,7 @@ class DlqEntry:
 
 def _json_object(body: str) -> dict[str, Any] | None:
     try:
-        document = json.loads(body)
+        document = parse_json(body)
     except ValueError:
         return None
     return document if isinstance(document, dict) else None
