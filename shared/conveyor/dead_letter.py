@@ -13,7 +13,9 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from conveyor import message_attributes as attrs
 from conveyor.reasons import Reason
 
+# Both bounded, so the attributes fit limits.DEAD_LETTER_ATTRIBUTE_BYTES beside any body a job type accepts.
 MAX_ERROR_CHARS = 1024
+MAX_ERROR_CLASS_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class DeadLetterQueue:
     def send(self, record: SQSRecord, failure: Failure) -> None:
         attributes = {
             attrs.REASON: attrs.string(failure.reason.value),
-            attrs.ERROR_CLASS: attrs.string(failure.error_class),
+            attrs.ERROR_CLASS: attrs.string(truncate(failure.error_class, MAX_ERROR_CLASS_CHARS)),
             attrs.ERROR: attrs.string(truncate(failure.error) or "-"),
             attrs.ATTEMPTS: attrs.number(failure.attempts),
             attrs.SOURCE_QUEUE: attrs.string(self._source_queue),

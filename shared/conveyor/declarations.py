@@ -347,9 +347,11 @@ class JobType(Generic[P]):
                 f"idempotency_key {self.idempotency_key!r} names {unknown}, not fields of {self.model.__name__}",
             )
         _require(
-            0 < self.max_payload_bytes <= limits.SQS_MAX_MESSAGE_BYTES,
+            0 < self.max_payload_bytes <= limits.MAX_PAYLOAD_BYTES,
             where,
-            f"max_payload_bytes must be between 1 and the SQS maximum of {limits.SQS_MAX_MESSAGE_BYTES}",
+            f"max_payload_bytes must be between 1 and {limits.MAX_PAYLOAD_BYTES}: SQS's maximum of "
+            f"{limits.SQS_MAX_MESSAGE_BYTES} bytes less {limits.DEAD_LETTER_ATTRIBUTE_BYTES} for the attributes "
+            "a dead letter carries",
         )
 
     @property

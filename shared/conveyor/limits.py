@@ -16,6 +16,11 @@ SQS_MAX_MESSAGE_BYTES = 1_048_576
 SQS_MAX_DELAY = timedelta(minutes=15)
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html
 SQS_MAX_MESSAGE_ATTRIBUTES = 10
+# Conveyor's own: the room a DLQ entry's attributes take beside its body (conveyor.dead_letter: ten
+# names and types, an error of at most 1,024 characters at up to 4 bytes each, short values), so a
+# job whose body fits max_payload_bytes can always be dead-lettered with its reason.
+DEAD_LETTER_ATTRIBUTE_BYTES = 8 * 1024
+MAX_PAYLOAD_BYTES = SQS_MAX_MESSAGE_BYTES - DEAD_LETTER_ATTRIBUTE_BYTES
 SQS_MAX_ATTRIBUTE_NAME_LENGTH = 256
 # Letters, digits, underscore, hyphen and period; no leading, trailing or doubled period.
 SQS_ATTRIBUTE_NAME_PATTERN = r"(?!\.)(?!.*\.\.)[A-Za-z0-9_.-]+(?<!\.)"

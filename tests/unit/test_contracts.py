@@ -115,7 +115,9 @@ def _noop(payload: Loose, ctx: JobContext) -> None:
         ({"version": 2, "upcasters": {2: dict}}, "upcasters [2] do not upgrade an older version"),
         ({"idempotency_key": "{order_id}#x"}, "names ['order_id'], not fields of Loose"),
         ({"idempotency_key": "static"}, "idempotency_key template names no payload field"),
-        ({"max_payload_bytes": 2_000_000}, "max_payload_bytes must be between 1 and the SQS maximum"),
+        ({"max_payload_bytes": 2_000_000}, "max_payload_bytes must be between 1 and 1040384"),
+        # SQS's own maximum leaves no room for the attributes a dead letter carries.
+        ({"max_payload_bytes": 1_048_576}, "less 8192 for the attributes a dead letter carries"),
     ],
 )
 def test_bad_job_contract_fails_at_declaration(options: dict[str, Any], message: str) -> None:

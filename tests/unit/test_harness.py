@@ -106,6 +106,9 @@ step = job(
     permanent_on=(LedgerRejectedError,),
 )(perform_step)
 ordered_step = job("ordered_step", queue="ordered", model=Step, retry=STEP_RETRY, timeout=STEP_TIMEOUT)(perform_step)
+biggest = job(
+    "biggest", queue="standard", model=Step, timeout=STEP_TIMEOUT, max_payload_bytes=limits.MAX_PAYLOAD_BYTES
+)(perform_step)
 tiny = job("tiny", queue="standard", model=Step, timeout=STEP_TIMEOUT, max_payload_bytes=TINY_MAX_PAYLOAD_BYTES)(
     perform_step
 )
@@ -143,7 +146,7 @@ TEST_TOPOLOGY = Topology(
         Queue("standard", age_objective=timedelta(minutes=5), function_timeout=timedelta(seconds=10)),
         Queue("ordered", age_objective=timedelta(minutes=5), function_timeout=timedelta(seconds=10), fifo=True),
     ),
-    job_types=(step, ordered_step, tiny, slow_step, ledger_entry, leaky_webhook),
+    job_types=(step, ordered_step, biggest, tiny, slow_step, ledger_entry, leaky_webhook),
 )
 
 
@@ -469,6 +472,22 @@ def test_unprocessable_message_is_acked_and_dead_lettered_with_its_reason(
     )
     assert runs == ([("k", 1)] if case.runs_handler else [])
     assert standard.receive() == [], "nothing is re-sent for a dead-lettered message"
+
+
+def test_job_at_the_largest_payload_is_dead_lettered_with_its_reason(
+    standard: QueueDriver, runs: list[tuple[str, int]]
+) -> None:
+    """The body and the dead letter's attributes (an error of 4-byte characters) still fit in SQS's 1 MiB."""
+    data = {"key": "", "outcome": "permanent"}
+    room = limits.MAX_PAYLOAD_BYTES - len(envelope("biggest", data, job_id="job-big").encode())
+    body = envelope("biggest", {**data, "key": "😀" * (room // 4) + "x" * (room % 4)}, job_id="job-big")
+    assert len(body.encode()) == limits.MAX_PAYLOAD_BYTES
+
+    assert standard.run(standard.send_and_receive(body)) == []
+
+    (letter,) = standard.dead_letters()
+    assert letter.body == body
+    assert letter.attributes[attrs.REASON] == Reason.PERMANENT_ERROR
 
 
 def test_message_at_an_older_version_with_an_upcaster_runs(standard: QueueDriver, runs: list[tuple[str, int]]) -> None:
