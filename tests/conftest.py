@@ -2,7 +2,7 @@
 
 import os
 
-from conveyor.local import strict
+from conveyor.local import atomic_dynamodb, strict
 
 # Fake credentials and a fixed region for moto; no call may leave the machine.
 os.environ.update(
@@ -21,5 +21,7 @@ os.environ.update(
 os.environ.pop("AWS_ENDPOINT_URL", None)
 os.environ.pop("AWS_PROFILE", None)
 
-# Every in-process moto request is held to AWS's limits, before any client is made.
+# Every in-process moto request is held to AWS's limits, before any client is made, and
+# in-process moto's DynamoDB applies each write atomically, as AWS does.
 strict.install()
+atomic_dynamodb.install()

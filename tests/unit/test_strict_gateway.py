@@ -15,8 +15,8 @@ from botocore.exceptions import ClientError
 from conveyor.local import strict
 from conveyor.local.embedded import REGION, EmbeddedAws, free_port
 
-ROUNDS = 200
-WRITERS = 4
+# Long enough for a request that is not held back to finish; a shorter one only lets the tests pass.
+UNBLOCKED_S = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -125,61 +125,90 @@ def test_lenient_server_lets_moto_accept_what_aws_refuses(lenient_server: Embedd
     assert len(message["MessageAttributes"]) == 11
 
 
-def test_readers_never_see_a_half_applied_update(server: EmbeddedAws) -> None:
-    """moto stores a new key's bare item before applying the update; AWS never shows it, nor does the gateway."""
+class Pause:
+    """Holds the first call of a moto internal mid-operation, to show what other requests see meanwhile."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, *, after: bool = False) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        original = getattr(owner, name)
+
+        def held(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs) if after else None
+            if not self.entered.is_set():
+                self.entered.set()
+                self.release.wait(UNBLOCKED_S * 5)
+            return result if after else original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, held)
+
+
+def in_thread(call: Any) -> tuple[threading.Thread, list[Any]]:
+    """Run ``call`` on its own thread; its result (or exception) lands in the list."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except ClientError as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_reader_never_sees_an_update_half_applied(server: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto stores a new key's bare item, then applies the update: AWS never shows the bare item, nor does moto here."""
+    from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
+
     dynamodb = client(server, "dynamodb")
     create_table(dynamodb, "gateway-atomic")
-    done = threading.Event()
-    bare: list[dict[str, Any]] = []
+    pause = Pause(monkeypatch, UpdateExpressionExecutor, "execute")  # the bare item is stored by then
+    writer, _ = in_thread(
+        lambda: dynamodb.update_item(
+            TableName="gateway-atomic",
+            Key={"pk": {"S": "k"}},
+            UpdateExpression="SET #state = :state",
+            ExpressionAttributeNames={"#state": "state"},
+            ExpressionAttributeValues={":state": {"S": "claimed"}},
+        )
+    )
+    assert pause.entered.wait(UNBLOCKED_S * 5)
+    reader, scanned = in_thread(lambda: client(server, "dynamodb").scan(TableName="gateway-atomic")["Items"])
+    reader.join(UNBLOCKED_S)  # finishes now only if nothing holds it back
+    pause.release.set()
+    writer.join()
+    reader.join()
 
-    def read() -> None:
-        reader = client(server, "dynamodb")
-        while not done.is_set():
-            items = reader.scan(TableName="gateway-atomic", ConsistentRead=True)["Items"]
-            bare.extend(item for item in items if "state" not in item)
-
-    thread = threading.Thread(target=read)
-    thread.start()
-    try:
-        for index in range(ROUNDS):
-            dynamodb.update_item(
-                TableName="gateway-atomic",
-                Key={"pk": {"S": f"k{index}"}},
-                UpdateExpression="SET #state = :state",
-                ExpressionAttributeNames={"#state": "state"},
-                ExpressionAttributeValues={":state": {"S": "claimed"}},
-            )
-    finally:
-        done.set()
-        thread.join()
-
-    assert bare == []
+    assert scanned == [[{"pk": {"S": "k"}, "state": {"S": "claimed"}}]], "the scan saw the update whole"
 
 
-def test_only_one_of_concurrent_conditional_writes_wins(server: EmbeddedAws) -> None:
+def test_only_one_of_two_racing_conditional_writes_wins(server: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first writer is held just before it checks its condition: the second must wait, then fail its own."""
+    from moto.dynamodb.models import table
+
     dynamodb = client(server, "dynamodb")
     create_table(dynamodb, "gateway-claims")
-    wins: list[tuple[int, int]] = []
-    start = threading.Barrier(WRITERS)
+    pause = Pause(monkeypatch, table, "get_filter_expression", after=True)  # held once the condition is parsed
 
-    def claim(writer: int) -> None:
-        own = client(server, "dynamodb")
-        start.wait()
-        for index in range(ROUNDS // WRITERS):
-            try:
-                own.put_item(
-                    TableName="gateway-claims",
-                    Item={"pk": {"S": f"k{index}"}, "writer": {"N": str(writer)}},
-                    ConditionExpression="attribute_not_exists(pk)",
-                )
-            except own.exceptions.ConditionalCheckFailedException:
-                continue
-            wins.append((index, writer))
+    def claim(writer: str) -> Any:
+        return client(server, "dynamodb").put_item(
+            TableName="gateway-claims",
+            Item={"pk": {"S": "k"}, "writer": {"S": writer}},
+            ConditionExpression="attribute_not_exists(pk)",
+        )
 
-    threads = [threading.Thread(target=claim, args=(writer,)) for writer in range(WRITERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    first, first_outcome = in_thread(lambda: claim("first"))
+    assert pause.entered.wait(UNBLOCKED_S * 5)
+    second, second_outcome = in_thread(lambda: claim("second"))
+    second.join(UNBLOCKED_S)
+    pause.release.set()
+    first.join()
+    second.join()
 
-    assert sorted(index for index, _ in wins) == list(range(ROUNDS // WRITERS)), "each key claimed exactly once"
+    assert not isinstance(first_outcome[0], ClientError)
+    assert isinstance(second_outcome[0], ClientError)
+    assert second_outcome[0].response["Error"]["Code"] == "ConditionalCheckFailedException"
+    item = dynamodb.get_item(TableName="gateway-claims", Key={"pk": {"S": "k"}})["Item"]
+    assert item["writer"] == {"S": "first"}

@@ -1,7 +1,8 @@
 """moto in server mode on 127.0.0.1: the embedded AWS other processes reach over HTTP.
 
 moto's server app sits behind conveyor.local.strict's gateway, so every request, from any
-process, is held to AWS's limits and DynamoDB's atomicity (``strict=False`` drops the limits).
+process, is held to AWS's limits (``strict=False`` drops them), and moto's DynamoDB applies
+each write atomically (conveyor.local.atomic_dynamodb).
 """
 
 import logging
@@ -12,6 +13,7 @@ from typing import Any
 import boto3
 
 from conveyor.errors import ConveyorError
+from conveyor.local import atomic_dynamodb
 from conveyor.local.move_tasks import MoveTasks
 from conveyor.local.sqs_metrics import SqsMetricsPublisher
 from conveyor.local.strict.server import StrictGateway
@@ -74,6 +76,7 @@ class EmbeddedAws:
                 f"the local runtime needs moto ({error}); install it with: pip install 'conveyor[local]'"
             ) from error
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        atomic_dynamodb.install()
         self._move_tasks = MoveTasks(self.client("sqs"))
         gateway = StrictGateway(
             DomainDispatcherApplication(create_backend_app), move_tasks=self._move_tasks, strict=self.strict

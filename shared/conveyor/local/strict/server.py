@@ -1,19 +1,16 @@
-"""The embedded AWS's front door: AWS's limits, DynamoDB's atomicity and SQS move tasks, in front of moto.
+"""The embedded AWS's front door: AWS's limits and SQS move tasks, in front of moto.
 
 Every client of the local runtime, in any process or language, passes through here, so the
-checks do not depend on a hook in the caller. Three things moto does not do as AWS does:
+checks do not depend on a hook in the caller. Two things moto does not do as AWS does:
 
 - it accepts requests AWS refuses: each JSON request is checked by the strict rules first, and
   refused with AWS's own error response (batch entries AWS fails one by one become ``Failed``);
-- it applies a DynamoDB write in steps that a concurrent reader can observe (an ``UpdateItem``
-  on a new key stores the bare key first) and lets two conditional writes both pass: every
-  DynamoDB and DynamoDB Streams request runs alone, so each write, with its condition, is
-  atomic as every reader sees it, as DynamoDB guarantees;
 - it has no SQS message move tasks (DLQ redrive): conveyor.local.move_tasks emulates them.
+
+DynamoDB's atomicity, the third, is given inside moto (conveyor.local.atomic_dynamodb).
 """
 
 import json
-import threading
 from collections.abc import Callable, Iterable
 from io import BytesIO
 from typing import Any
@@ -24,8 +21,6 @@ from conveyor.local.strict.violation import ErrorResponse, Violation, error_resp
 
 # X-Amz-Target prefixes of the JSON-protocol services, by botocore service id.
 TARGETS = {"AmazonSQS": "sqs", "DynamoDB_20120810": "dynamodb", "DynamoDBStreams_20120810": "dynamodbstreams"}
-# Requests on these share DynamoDB's data, so they are applied one at a time.
-SERIALISED = frozenset({"dynamodb", "dynamodbstreams"})
 JSON_CONTENT = "application/x-amz-json-1.0"
 OK = "200 OK"
 
@@ -45,7 +40,6 @@ class StrictGateway:
         self._app = app
         self._strict = strict
         self.move_tasks = move_tasks
-        self._dynamodb = threading.Lock()
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         prefix, _, operation = str(environ.get("HTTP_X_AMZ_TARGET", "")).partition(".")
@@ -66,15 +60,12 @@ class StrictGateway:
             if not params["Entries"]:
                 return self._json(start_response, OK, {"Successful": [], "Failed": failed})
             return self._with_failures(environ, start_response, json.dumps(params).encode(), failed)
-        return self._forward(service, environ, start_response, body)
+        return self._forward(environ, start_response, body)
 
-    def _forward(self, service: str, environ: Environ, start_response: StartResponse, body: bytes) -> Iterable[bytes]:
+    def _forward(self, environ: Environ, start_response: StartResponse, body: bytes) -> Iterable[bytes]:
         environ["wsgi.input"] = BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
-        if service not in SERIALISED:
-            return self._app(environ, start_response)
-        with self._dynamodb:  # the whole response is produced inside: moto's write is done before anyone reads
-            return list(self._app(environ, start_response))
+        return self._app(environ, start_response)
 
     def _with_failures(
         self, environ: Environ, start_response: StartResponse, body: bytes, failed: list[dict[str, Any]]
@@ -85,7 +76,7 @@ class StrictGateway:
         def keep(status: str, headers: list[tuple[str, str]], *_: Any) -> None:
             answer.update(status=status, headers=headers)
 
-        content = b"".join(self._forward("sqs", environ, keep, body))
+        content = b"".join(self._forward(environ, keep, body))
         if not str(answer["status"]).startswith("200"):
             start_response(answer["status"], answer["headers"])
             return [content]
