@@ -31,8 +31,10 @@ from conveyor.settings import SERVICE_NAME
 from conveyor.stats import JobStats, percentile, read_stats, render_stats
 from conveyor.timestamps import utc_text
 
-# The scenario must settle (queues empty, nothing in flight) within this long.
-SETTLE_TIMEOUT_S = 110.0
+# The scenario must settle (queues empty, nothing in flight) within this long: a guard against a
+# hang, not a speed target. The example scenario settles in about 90s on 2 cores with one of them
+# busy elsewhere; the guard leaves it twice that.
+SETTLE_TIMEOUT_S = 180.0
 # Read metrics a little beyond the run on both sides: EMF timestamps come from the workers' clocks.
 STATS_MARGIN = timedelta(minutes=1)
 REFRESH_S = 0.5
