@@ -342,7 +342,9 @@ def send_to_thread(pid: int, tid: int, signum: int) -> None:
 
 
 def port_is_free(port: int) -> bool:
+    """Free for a new embedded AWS: nothing listens there (connections closing in TIME_WAIT do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((LOOPBACK, port))
         except OSError:

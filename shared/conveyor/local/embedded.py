@@ -36,7 +36,10 @@ def free_port() -> int:
 
 
 def _check_port(port: int) -> None:
+    """Is another server listening there? Probed as the server binds (SO_REUSEADDR), so the closed
+    connections of a runtime that just stopped (TIME_WAIT) do not count as a port in use."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((LOOPBACK, port))
         except OSError as error:
