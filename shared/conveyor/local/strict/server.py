@@ -12,6 +12,7 @@ DynamoDB's atomicity, the third, is given inside moto (conveyor.local.atomic_dyn
 
 import json
 from collections.abc import Callable, Iterable
+from http import HTTPStatus
 from io import BytesIO
 from typing import Any
 
@@ -19,8 +20,8 @@ from conveyor.local.move_tasks import MoveTasks
 from conveyor.local.strict.rules import check
 from conveyor.local.strict.violation import ErrorResponse, Violation, error_response, failed_entry
 
-# X-Amz-Target prefixes of the JSON-protocol services, by botocore service id.
-TARGETS = {"AmazonSQS": "sqs", "DynamoDB_20120810": "dynamodb", "DynamoDBStreams_20120810": "dynamodbstreams"}
+# X-Amz-Target prefixes of the JSON-protocol services strict rules cover, by botocore service id.
+TARGETS = {"AmazonSQS": "sqs", "DynamoDB_20120810": "dynamodb"}
 JSON_CONTENT = "application/x-amz-json-1.0"
 OK = "200 OK"
 
@@ -30,13 +31,13 @@ WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
 
 def _status_line(status: int) -> str:
-    return {400: "400 Bad Request", 404: "404 Not Found"}.get(status, f"{status} Error")
+    return f"{status} {HTTPStatus(status).phrase}"
 
 
 class StrictGateway:
-    """WSGI middleware around moto's server app; ``strict=False`` keeps atomicity and move tasks only."""
+    """WSGI middleware around moto's server app; ``strict=False`` keeps the move tasks only."""
 
-    def __init__(self, app: WsgiApp, *, move_tasks: MoveTasks | None = None, strict: bool = True) -> None:
+    def __init__(self, app: WsgiApp, *, move_tasks: MoveTasks, strict: bool = True) -> None:
         self._app = app
         self._strict = strict
         self.move_tasks = move_tasks
@@ -50,7 +51,7 @@ class StrictGateway:
         params: dict[str, Any] = json.loads(body) if body.strip() else {}
         try:
             failures = check(service, operation, params) if self._strict else {}
-            if self.move_tasks and service == "sqs" and operation in MoveTasks.OPERATIONS:
+            if service == "sqs" and operation in MoveTasks.OPERATIONS:
                 return self._json(start_response, OK, self.move_tasks.handle(operation, params))
         except Violation as violation:
             return self._error(start_response, error_response(service, violation))
