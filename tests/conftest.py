@@ -1,6 +1,9 @@
 """Session-wide test settings: no real AWS is ever reachable from the test suite, and moto is strict."""
 
 import os
+from collections.abc import Iterator
+
+import pytest
 
 from conveyor.local import atomic_dynamodb, strict
 
@@ -25,3 +28,13 @@ os.environ.pop("AWS_PROFILE", None)
 # in-process moto's DynamoDB applies each write atomically, as AWS does.
 strict.install()
 atomic_dynamodb.install()
+
+
+@pytest.fixture(autouse=True)
+def nothing_refused(request: pytest.FixtureRequest) -> Iterator[None]:
+    """No request of the code under test is one AWS would refuse, except in tests that provoke refusals."""
+    before = len(strict.refused())
+    yield
+    if request.node.get_closest_marker("provokes_refusals") is None:
+        refused = strict.refused()[before:]
+        assert not refused, f"strict mode refused {len(refused)} request(s) AWS would refuse: {refused[:3]}"

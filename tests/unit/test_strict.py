@@ -21,6 +21,8 @@ from moto import mock_aws
 from conveyor.local import strict
 from conveyor.sizes import item_bytes, message_bytes, number_bytes
 
+pytestmark = pytest.mark.provokes_refusals  # tests here send what AWS would refuse, on purpose
+
 AWS_DOCS = "docs.aws.amazon.com"
 INVALID = "InvalidParameterValue"
 MISSING = "MissingParameter"

@@ -15,6 +15,8 @@ from botocore.exceptions import ClientError
 from conveyor.local import strict
 from conveyor.local.embedded import REGION, EmbeddedAws, free_port
 
+pytestmark = pytest.mark.provokes_refusals  # tests here send what AWS would refuse, on purpose
+
 # Long enough for a request that is not held back to finish; a shorter one only lets the tests pass.
 UNBLOCKED_S = 2.0
 

@@ -13,7 +13,7 @@ The limits themselves live in conveyor.limits, shared with the SDK, the harness 
 """
 
 from conveyor.local.strict.client import install, suspended
-from conveyor.local.strict.rules import RULES, check
+from conveyor.local.strict.rules import RULES, check, refused
 from conveyor.local.strict.violation import Violation
 
-__all__ = ["RULES", "Violation", "check", "install", "suspended"]
+__all__ = ["RULES", "Violation", "check", "install", "refused", "suspended"]
