@@ -21,6 +21,7 @@ from typing import Any, Protocol, TextIO
 from conveyor import message_attributes as attrs
 from conveyor.local.provision import Provisioned
 from conveyor.local.runtime import LocalRuntime
+from conveyor.local.strict import refused
 from conveyor.metrics import COUNTS
 from conveyor.ops.status import queue_counts
 from conveyor.outcomes import JobOutcome, Kind
@@ -344,6 +345,15 @@ def stats_match(observed: Observed, stats: list[JobStats]) -> Invariant:
     )
 
 
+def _nothing_refused(refusals: list[str]) -> Invariant:
+    """Strict mode refused no request: each would have failed on AWS (docs/local.md)."""
+    return Invariant(
+        "no request AWS would refuse (strict mode refused none)",
+        not refusals,
+        "; ".join(refusals[:3]) or "0 refused",
+    )
+
+
 def run_demo(
     runtime_factory: Callable[[Observed], LocalRuntime],
     scenario: Scenario,
@@ -356,6 +366,7 @@ def run_demo(
     observed = Observed()
     runtime = runtime_factory(observed)
     began = datetime.now(UTC)
+    refused_before = len(refused())
     with worker_logs_to(log_path):
         runtime.start(raw_values=raw_values)
         started = time.monotonic()
@@ -388,6 +399,7 @@ def run_demo(
         ),
         *scenario.check(observed),
         stats_match(observed, stats),
+        _nothing_refused(refused()[refused_before:]),
     ]
     report(observed, stats, invariants, out, read_schedule_histories(runtime))
     out.write(f"\nWorker logs: {log_path}\n")
