@@ -868,9 +868,25 @@ def test_snooze_past_fifteen_minutes_waits_out_not_before_across_resends(
     assert runs == [("hibernate", 1), ("hibernate", 1)]
 
 
-def moved_back(queue: QueueDriver, letter: DeadLetter, body: str) -> Record:
+def full_dead_letter(queue: QueueDriver) -> DeadLetter:
+    """A job the CLI redrove once, that failed again: its DLQ entry has every attribute (ten)."""
+    queue.send(
+        step_body("doomed", outcome="permanent"),
+        attributes={attrs.REDRIVEN_AT: attrs.timestamp(queue.now), attrs.REDRIVE_ID: attrs.string("r-1")},
+    )
+    assert queue.run(queue.receive_one()) == []
+    (letter,) = queue.dead_letters()
+    assert len(letter.attributes) == limits.SQS_MAX_MESSAGE_ATTRIBUTES
+    return letter
+
+
+def send_moved_back(queue: QueueDriver, letter: DeadLetter, body: str) -> None:
     """``body`` on its queue with the dead letter's attributes, as the SQS console's redrive (a move task) leaves it."""
     queue.send(body, attributes={name: attrs.string(value) for name, value in letter.attributes.items()})
+
+
+def moved_back(queue: QueueDriver, letter: DeadLetter, body: str) -> Record:
+    send_moved_back(queue, letter, body)
     return queue.receive_one()
 
 
@@ -887,14 +903,7 @@ def test_job_moved_back_from_its_dlq_with_its_attributes_then_snoozed_an_hour_is
 ) -> None:
     """A move back keeps the entry's ten attributes; SQS refuses an eleventh, so the copy must carry its own set."""
     standard.now = datetime.now(UTC)  # a move's first receive is checked against SQS's own clock
-    # A job the CLI redrove once, that failed again: its DLQ entry has every attribute (ten).
-    standard.send(
-        step_body("doomed", outcome="permanent"),
-        attributes={attrs.REDRIVEN_AT: attrs.timestamp(standard.now), attrs.REDRIVE_ID: attrs.string("r-1")},
-    )
-    assert standard.run(standard.receive_one()) == []
-    (letter,) = standard.dead_letters()
-    assert len(letter.attributes) == limits.SQS_MAX_MESSAGE_ATTRIBUTES
+    letter = full_dead_letter(standard)
 
     body = envelope("step", {"key": "napper", "snooze_s": 3600, "snoozes": 1}, created_at=standard.now - age)
     copy = resent_copy(standard, moved_back(standard, letter, body))
@@ -963,6 +972,26 @@ def test_records_whose_timeout_no_longer_fits_are_resent_not_failed_or_run(
     resent = standard.receive()
     assert sorted(record["body"] for record in resent) == sorted(record["body"] for record in records[1:])
     assert [string_attributes(record)[attrs.PRIOR_ATTEMPTS] for record in resent] == ["0", "0"]
+
+
+def test_moved_back_records_deferred_for_time_are_resent_with_their_own_attributes(
+    standard: QueueDriver, runs: list[tuple[str, int]]
+) -> None:
+    """Deferral re-sends as a snooze does: the moved-back copies' ten attributes are not carried."""
+    standard.now = datetime.now(UTC)
+    letter = full_dead_letter(standard)
+    for key in ("k0", "k1"):
+        send_moved_back(standard, letter, step_body(key))
+    records = standard.receive()
+    assert len(records) == 2
+
+    with requests_to(standard.aws.sqs, "SendMessage") as sent:
+        assert standard.run(*records, timeout_s=4) == []  # the second no longer fits: deferred
+
+    own = {attrs.PRIOR_ATTEMPTS, attrs.FIRST_FAILED_AT, attrs.REDRIVEN_AT}
+    assert [set(copy_attributes(request)) for request in sent] == [own]
+    (resent,) = standard.receive()
+    assert set(string_attributes(resent)) == own, "SQS (strict) accepted the copy"
 
 
 def test_batch_with_time_to_spare_runs_every_record(standard: QueueDriver, runs: list[tuple[str, int]]) -> None:
