@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conveyor.local import atomic_dynamodb, strict
+from conveyor.local import moto_concurrency, strict
 
 # Fake credentials and a fixed region for moto; no call may leave the machine.
 os.environ.update(
@@ -25,9 +25,9 @@ os.environ.pop("AWS_ENDPOINT_URL", None)
 os.environ.pop("AWS_PROFILE", None)
 
 # Every in-process moto request is held to AWS's limits, before any client is made, and
-# in-process moto's DynamoDB applies each write atomically, as AWS does.
+# in-process moto behaves under concurrent requests as AWS does (atomic DynamoDB writes).
 strict.install()
-atomic_dynamodb.install()
+moto_concurrency.install()
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,8 @@
 """moto in server mode on 127.0.0.1: the embedded AWS other processes reach over HTTP.
 
 moto's server app sits behind conveyor.local.strict's gateway, so every request, from any
-process, is held to AWS's limits (``strict=False`` drops them), and moto's DynamoDB applies
-each write atomically (conveyor.local.atomic_dynamodb).
+process, is held to AWS's limits (``strict=False`` drops them), and moto is made to behave under
+concurrent requests as AWS does (conveyor.local.moto_concurrency).
 """
 
 import logging
@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 
 from conveyor.errors import ConveyorError
-from conveyor.local import atomic_dynamodb
+from conveyor.local import moto_concurrency
 from conveyor.local.move_tasks import MoveTasks
 from conveyor.local.sqs_metrics import SqsMetricsPublisher
 from conveyor.local.strict.server import StrictGateway
@@ -79,7 +79,7 @@ class EmbeddedAws:
                 f"the local runtime needs moto ({error}); install it with: pip install 'conveyor[local]'"
             ) from error
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        atomic_dynamodb.install()
+        moto_concurrency.install()
         self._move_tasks = MoveTasks(self.client("sqs"))
         gateway = StrictGateway(
             DomainDispatcherApplication(create_backend_app), move_tasks=self._move_tasks, strict=self.strict

@@ -7,7 +7,7 @@ checks do not depend on a hook in the caller. Two things moto does not do as AWS
   refused with AWS's own error response (batch entries AWS fails one by one become ``Failed``);
 - it has no SQS message move tasks (DLQ redrive): conveyor.local.move_tasks emulates them.
 
-DynamoDB's atomicity, the third, is given inside moto (conveyor.local.atomic_dynamodb).
+DynamoDB's atomicity, the third, is given inside moto (conveyor.local.moto_concurrency).
 """
 
 import json
