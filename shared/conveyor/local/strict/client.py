@@ -23,7 +23,7 @@ from botocore.model import OperationModel
 from botocore.parsers import create_parser
 
 from conveyor.local.strict.rules import RULES, check
-from conveyor.local.strict.violation import Violation, error_response, failed_entry
+from conveyor.local.strict.violation import Violation, error_response, split_batch
 
 # Scheduler's REST API carries the schedule's name in the path: /schedules/{Name}.
 PATH_NAMES = {"scheduler": "Name"}
@@ -74,13 +74,12 @@ def _before_call(model: OperationModel, params: dict[str, Any], **kwargs: Any) -
         return _answer(model, params["url"], error.status, error.headers, error.body)
     if not failures:
         return None
-    failed = [failed_entry(entry_id, why) for entry_id, why in failures.items()]
-    request["Entries"] = [entry for entry in request["Entries"] if entry["Id"] not in failures]
-    if not request["Entries"]:  # nothing left for moto: answer as SQS would
-        body = json.dumps({"Successful": [], "Failed": failed}).encode()
+    split = split_batch(request, failures)
+    if split.all_failed is not None:  # nothing left for moto: answer as SQS would
+        body = json.dumps(split.all_failed).encode()
         return _answer(model, params["url"], OK, {"Content-Type": "application/x-amz-json-1.0"}, body)
-    params["body"] = json.dumps(request).encode()
-    _state.failed = failed
+    params["body"] = json.dumps(split.remaining).encode()
+    _state.failed = split.failed
     return None
 
 

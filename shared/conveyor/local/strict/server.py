@@ -18,7 +18,7 @@ from typing import Any
 
 from conveyor.local.move_tasks import MoveTasks
 from conveyor.local.strict.rules import check
-from conveyor.local.strict.violation import ErrorResponse, Violation, error_response, failed_entry
+from conveyor.local.strict.violation import ErrorResponse, Violation, error_response, split_batch
 
 # X-Amz-Target prefixes of the JSON-protocol services strict rules cover, by botocore service id.
 TARGETS = {"AmazonSQS": "sqs", "DynamoDB_20120810": "dynamodb"}
@@ -56,11 +56,10 @@ class StrictGateway:
         except Violation as violation:
             return self._error(start_response, error_response(service, violation))
         if failures:
-            params["Entries"] = [entry for entry in params["Entries"] if entry["Id"] not in failures]
-            failed = [failed_entry(entry_id, why) for entry_id, why in failures.items()]
-            if not params["Entries"]:
-                return self._json(start_response, OK, {"Successful": [], "Failed": failed})
-            return self._with_failures(environ, start_response, json.dumps(params).encode(), failed)
+            split = split_batch(params, failures)
+            if split.all_failed is not None:
+                return self._json(start_response, OK, split.all_failed)
+            return self._with_failures(environ, start_response, json.dumps(split.remaining).encode(), split.failed)
         return self._forward(environ, start_response, body)
 
     def _forward(self, environ: Environ, start_response: StartResponse, body: bytes) -> Iterable[bytes]:

@@ -37,9 +37,28 @@ EntryFailures = dict[str, Violation]
 Rule = Callable[[Mapping[str, Any]], EntryFailures | None]
 
 
-def failed_entry(entry_id: str, violation: Violation) -> dict[str, Any]:
-    """A ``Failed`` entry of a batch response, as SQS reports one."""
-    return {"Id": entry_id, "SenderFault": True, "Code": violation.code, "Message": str(violation)}
+@dataclass(frozen=True)
+class BatchSplit:
+    """A batch request without the entries AWS would fail, and those entries as the response reports them."""
+
+    remaining: dict[str, Any]
+    failed: list[dict[str, Any]]
+
+    @property
+    def all_failed(self) -> dict[str, Any] | None:
+        """SQS's whole response when no entry is left to send, else None."""
+        return None if self.remaining["Entries"] else {"Successful": [], "Failed": self.failed}
+
+
+def split_batch(params: Mapping[str, Any], failures: EntryFailures) -> BatchSplit:
+    """What both strict adapters do with a batch some of whose entries fail: send the rest, report these."""
+    return BatchSplit(
+        remaining={**params, "Entries": [entry for entry in params["Entries"] if entry["Id"] not in failures]},
+        failed=[
+            {"Id": entry_id, "SenderFault": True, "Code": why.code, "Message": str(why)}
+            for entry_id, why in failures.items()
+        ],
+    )
 
 
 @dataclass(frozen=True)
