@@ -48,6 +48,7 @@ setup: $(PY_STAMP) $(NODE_STAMP)
 lint: $(PY_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(PY_STAMP)
 	$(BIN)/mypy
@@ -65,10 +66,10 @@ cfn-lint: synth
 test: lint typecheck unit cfn-lint
 
 schema: $(PY_STAMP)
-	$(BIN)/jobs schema --output docs/schema/envelope.schema.json
+	$(BIN)/conveyor schema --output docs/schema/envelope.schema.json
 
 demo: $(PY_STAMP)
-	$(BIN)/jobs local demo
+	$(BIN)/conveyor local demo
 
 diff: setup
 	$(CDK) diff

@@ -7,20 +7,21 @@ the synth with one line on stderr and exit status 1.
 
 import sys
 
-from conveyor.declarations import DeclarationError
-from conveyor.loader import load_topology
+from conveyor.contract.errors import DeclarationError
+from conveyor.contract.loader import load_topology, topology_spec
 
 
 def main() -> None:
     try:
-        topology = load_topology()
+        spec = topology_spec()
+        topology = load_topology(spec)
     except DeclarationError as error:
         sys.exit(f"conveyor: {error}")
     # Imported only once the declarations are valid: aws_cdk starts a Node.js process.
     from infra.app import build_app, is_validation_failure
 
     try:
-        build_app(topology).synth()
+        build_app(topology, topology_spec=spec).synth()
     except DeclarationError as error:
         sys.exit(f"conveyor: {error}")
     except RuntimeError as error:

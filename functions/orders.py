@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from conveyor.declarations import StreamImage, StreamRule, Table
-from conveyor.producer import JobClient, JobRequest
+from conveyor.contract.declarations import StreamImage, StreamRule, Table
+from conveyor.sdk.client import JobClient
+from conveyor.sdk.prepare import JobRequest
 from functions.jobs.charge_order import ChargeOrder, charge_order
 
 # Declared in functions/topology.py: its stream feeds the rule below.

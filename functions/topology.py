@@ -1,4 +1,4 @@
-"""This project's queues, job types and schedules. The stack, the worker and the `jobs` CLI all read them.
+"""This project's queues, job types and schedules. The stack, the worker and the `conveyor` CLI all read them.
 
 Three queues keep unlike work apart: `critical` has its own reserved capacity and a tight
 age objective, so a flood of `bulk` work can never delay a payment. New `orders` rows with
@@ -9,8 +9,9 @@ and an account sweep split into four shards that skips what it missed.
 
 from datetime import timedelta
 
-from conveyor.declarations import Queue, Topology
-from conveyor.schedules import Schedule, catch_up
+from conveyor.contract.declarations import Queue
+from conveyor.contract.schedules import Schedule, catch_up
+from conveyor.contract.topology import Topology
 from functions.jobs.charge_order import charge_order
 from functions.jobs.deliver_webhook import deliver_webhook
 from functions.jobs.generate_report import generate_report

@@ -9,8 +9,9 @@ from aws_cdk import App, Validations
 from aws_cdk import aws_logs as logs
 from cdk_nag import AwsSolutionsChecks
 
-from conveyor.declarations import DeclarationError, Topology
-from conveyor.outputs import STACK_NAME
+from conveyor.contract.errors import DeclarationError
+from conveyor.contract.outputs import STACK_NAME
+from conveyor.contract.topology import Topology
 from infra.stack import ConveyorStack
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
@@ -46,13 +47,17 @@ def _prefix(value: object) -> str:
     return value
 
 
-def build_app(topology: Topology, *, outdir: str | None = None) -> App:
-    """The app with its one stack and AwsSolutions checks that fail synth on any unacknowledged error."""
+def build_app(topology: Topology, *, topology_spec: str, outdir: str | None = None) -> App:
+    """The app with its one stack and AwsSolutions checks that fail synth on any unacknowledged error.
+
+    ``topology_spec`` (``module:attribute``) is where the functions find ``topology`` at run time.
+    """
     app = App(outdir=outdir, context=project_context())
     ConveyorStack(
         app,
         STACK_NAME,
         topology=topology,
+        topology_spec=topology_spec,
         prefix=_prefix(app.node.try_get_context(PREFIX_CONTEXT)),
         powertools_layer_version=_layer_version(app.node.try_get_context(POWERTOOLS_LAYER_CONTEXT)),
         log_retention=_log_retention(app.node.try_get_context(LOG_RETENTION_CONTEXT)),

@@ -1,7 +1,7 @@
 """The DynamoDB tables workers keep their own state in: checkpoints, schedule runs and leases.
 
-Each is keyed on one string attribute that its runtime module names (``conveyor.checkpoints``,
-``conveyor.schedule_runs``, ``conveyor.lease``), on demand and point-in-time recoverable:
+Each is keyed on one string attribute that its runtime module names (``conveyor.worker.checkpoints``,
+``conveyor.worker.schedule_runs``, ``conveyor.worker.lease``), on demand and point-in-time recoverable:
 losing checkpoints restarts long jobs from zero, losing schedule runs forgets which
 occurrences ran, losing leases restarts their fencing tokens.
 """

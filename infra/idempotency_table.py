@@ -3,7 +3,7 @@
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from conveyor.idempotency import RECORD_KEY, RECORD_TTL
+from conveyor.worker.idempotency import RECORD_KEY, RECORD_TTL
 
 
 class IdempotencyTable(Construct):

@@ -7,8 +7,8 @@ definitions.
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 
-from conveyor import metrics as names
-from conveyor.settings import METRICS_NAMESPACE
+from conveyor.contract.settings import METRICS_NAMESPACE
+from conveyor.worker import metrics as names
 
 PERIOD = Duration.minutes(1)
 LATENCY_PERIOD = Duration.minutes(5)

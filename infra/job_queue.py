@@ -15,9 +15,9 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from conveyor import limits, naming
-from conveyor.declarations import Queue
-from conveyor.settings import WorkerSettings
+from conveyor.contract import limits, naming
+from conveyor.contract.declarations import Queue
+from conveyor.contract.settings import WorkerSettings
 from infra.worker_package import ARCHITECTURE, HANDLER, RUNTIME, WorkerPackage
 
 # Longer than any source queue's retention (declarations keep those under 14 days),
@@ -31,13 +31,13 @@ AGE_EVALUATION_PERIODS = 3
 AGE_DATAPOINTS_TO_ALARM = 2
 # What Powertools' DynamoDB idempotency layer calls, and nothing more (no Scan, no batch writes).
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
-# What conveyor.checkpoints calls: read a run's checkpoint, write it (conditionally for a hand-off), delete it.
+# What conveyor.worker.checkpoints calls: read a run's checkpoint, write it (conditionally for a hand-off), delete it.
 CHECKPOINT_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
-# What the scheduled-run audit (conveyor.schedule_runs) calls from a worker: a consistent read of a
+# What the scheduled-run audit (conveyor.worker.schedule_runs) calls from a worker: a consistent read of a
 # schedule's state, and conditional updates that create or advance every item (no PutItem). Its
 # scan of a schedule's occurrences is for reports and tests, not workers.
 SCHEDULE_RUN_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem")
-# What conveyor.lease calls: conditional updates to acquire, renew and release (never a put or a
+# What conveyor.worker.lease calls: conditional updates to acquire, renew and release (never a put or a
 # delete: the item keeps its fencing token), a consistent read, and the fence in a transaction.
 LEASE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
 # Any dead letter needs a human; the DLQ alarm fires on the first visible message.
@@ -137,7 +137,8 @@ class JobQueue(Construct):
             role=role,
             log_group=log_group,
             tracing=lambda_.Tracing.ACTIVE,
-            environment=WorkerSettings(
+            environment=package.environment
+            | WorkerSettings(
                 queue=declaration.name,
                 queue_url=self.queue.queue_url,
                 dlq_url=self.dlq.queue_url,

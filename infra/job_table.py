@@ -4,8 +4,8 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from conveyor import naming
-from conveyor.declarations import Table
+from conveyor.contract import naming
+from conveyor.contract.declarations import Table
 
 
 class JobTable(Construct):

@@ -1,4 +1,4 @@
-"""What the `jobs` ops CLI works with in AWS: its audit table, timed-pause resumes, and its policy."""
+"""What the `conveyor` ops CLI works with in AWS: its audit table, timed-pause resumes, and its policy."""
 
 from collections.abc import Mapping
 
@@ -24,13 +24,13 @@ QUEUE_ACTIONS = (
     "sqs:ChangeMessageVisibility",
     "sqs:SendMessage",
 )
-# A timed pause replaces its queue's one-time resume schedule, and `jobs status` reads it.
+# A timed pause replaces its queue's one-time resume schedule, and `conveyor status` reads it.
 SCHEDULE_ACTIONS = ("scheduler:CreateSchedule", "scheduler:GetSchedule", "scheduler:DeleteSchedule")
 # Audit rows are only ever added, and read back with a scan (see conveyor.ops.audit).
 AUDIT_ACTIONS = ("dynamodb:PutItem", "dynamodb:Scan")
 # The redrive canary checks a redriven job's idempotency record.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem",)
-# `jobs stats` reads job metrics (GetMetricData); `jobs status` a queue's oldest-message age
+# `conveyor stats` reads job metrics (GetMetricData); `conveyor status` a queue's oldest-message age
 # (GetMetricStatistics). Neither has resource-level permissions.
 METRIC_ACTIONS = ("cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics")
 
@@ -126,7 +126,7 @@ class Operations(Construct):
             self,
             "OperatorPolicy",
             managed_policy_name=f"{prefix}-operator",
-            description="What the Conveyor `jobs` CLI needs to operate this stack's queues, and nothing more",
+            description="What the Conveyor `conveyor` CLI needs to operate this stack's queues, and nothing more",
             statements=[
                 # The CLI finds every resource through the stack's outputs.
                 iam.PolicyStatement(actions=["cloudformation:DescribeStacks"], resources=[Aws.STACK_ID]),

@@ -2,7 +2,7 @@
 
 One relay reads the transactional outbox's stream (and this module creates the outbox table);
 one more reads each declared table that stream rules watch. They share the code asset, the
-mapping settings in ``conveyor.relay_mapping`` (the local stream poller applies the same) and
+mapping settings in ``conveyor.contract.relay_mapping`` (the local stream poller applies the same) and
 one relay DLQ, where both Lambda's on-failure records and the relay's own poison records land.
 """
 
@@ -21,9 +21,10 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from conveyor import naming, outbox, relay_mapping
-from conveyor.relay_settings import OUTBOX_SOURCE, RelaySettings
-from conveyor.settings import METRICS_NAMESPACE, SERVICE_NAME
+from conveyor.contract import naming, relay_mapping
+from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
+from conveyor.contract.settings import METRICS_NAMESPACE, SERVICE_NAME
+from conveyor.sdk import outbox
 from infra.job_queue import DLQ_DEPTH_THRESHOLD, DLQ_RETENTION, METRIC_PERIOD
 from infra.worker_package import ARCHITECTURE, RUNTIME, WorkerPackage
 
@@ -170,6 +171,7 @@ class OutboxRelay(Construct):
             log_group=log_group,
             tracing=lambda_.Tracing.ACTIVE,
             environment={
+                **package.environment,
                 **settings.to_environment(),
                 "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,

@@ -12,7 +12,7 @@ from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from conveyor import metrics as names
+from conveyor.worker import metrics as names
 from infra.job_metrics import PERIOD, by_reason, end_to_end, job_metric
 from infra.job_queue import JobQueue
 

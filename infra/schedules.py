@@ -1,7 +1,7 @@
 """The declared schedules, deployed: EventBridge Scheduler schedules that enqueue jobs, and their alarms.
 
 One schedule group holds one Scheduler schedule per declaration and shard. Each sends its
-shard's envelope template (``conveyor.schedules.schedule_inputs``) to its job's SQS queue, with
+shard's envelope template (``conveyor.contract.schedules.schedule_inputs``) to its job's SQS queue, with
 a bounded retry policy and a shared DLQ, assuming a role per target queue that may send to that
 queue and the DLQ only. Per schedule, a dead man's switch alarms when no successful run has
 been recorded for ``DEAD_MANS_INTERVALS`` intervals: the worker writes ``ScheduleSucceeded``
@@ -23,10 +23,15 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from conveyor import limits, metrics, naming
-from conveyor.declarations import DeclarationError, JobType, Topology
-from conveyor.schedules import Schedule, occurrence_gaps, schedule_inputs
-from conveyor.settings import METRICS_NAMESPACE
+from conveyor.contract import limits, naming
+from conveyor.contract.cron import occurrence_gaps
+from conveyor.contract.declarations import JobType
+from conveyor.contract.errors import DeclarationError
+from conveyor.contract.schedule_inputs import schedule_inputs
+from conveyor.contract.schedules import Schedule
+from conveyor.contract.settings import METRICS_NAMESPACE
+from conveyor.contract.topology import Topology
+from conveyor.worker import metrics
 from infra.job_queue import DLQ_DEPTH_THRESHOLD, DLQ_RETENTION, METRIC_PERIOD
 
 SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
@@ -115,7 +120,7 @@ def scheduler_name(prefix: str, schedule: Schedule, shard: int) -> str:
 
 
 def succeeded_metric(schedule: str, period: timedelta) -> cloudwatch.Metric:
-    """Successful runs of ``schedule``, as the worker writes them on Lambda (conveyor.schedule_runs)."""
+    """Successful runs of ``schedule``, as the worker writes them on Lambda (conveyor.worker.schedule_runs)."""
     return cloudwatch.Metric(
         namespace=METRICS_NAMESPACE,
         metric_name=metrics.SCHEDULE_SUCCEEDED,

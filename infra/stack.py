@@ -5,9 +5,10 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from conveyor import checkpoints, lease, outputs, schedule_runs
-from conveyor.declarations import Topology
-from conveyor.relay_settings import OUTBOX_SOURCE
+from conveyor.contract import outputs
+from conveyor.contract.relay_settings import OUTBOX_SOURCE
+from conveyor.contract.topology import Topology
+from conveyor.worker import checkpoints, lease, schedule_runs
 from infra.alarm_topic import AlarmTopic
 from infra.checkpoints_table import WorkerStateTable
 from infra.dashboard import JobsDashboard
@@ -30,6 +31,7 @@ class ConveyorStack(Stack):
         construct_id: str,
         *,
         topology: Topology,
+        topology_spec: str,
         prefix: str,
         powertools_layer_version: int,
         log_retention: logs.RetentionDays,
@@ -49,10 +51,12 @@ class ConveyorStack(Stack):
             schedule_runs=WorkerStateTable(
                 self, "ScheduleRuns", key=schedule_runs.KEY, ttl_attribute=schedule_runs.EXPIRES_AT
             ).table,
-            # No TTL: deleting a lease item would restart its fencing token (conveyor.lease).
+            # No TTL: deleting a lease item would restart its fencing token (conveyor.worker.lease).
             leases=WorkerStateTable(self, "Leases", key=lease.KEY, ttl_attribute=None).table,
         )
-        package = WorkerPackage(self, "WorkerPackage", powertools_layer_version=powertools_layer_version)
+        package = WorkerPackage(
+            self, "WorkerPackage", powertools_layer_version=powertools_layer_version, topology_spec=topology_spec
+        )
         self.job_queues = {
             declaration.name: JobQueue(
                 self,

@@ -21,7 +21,8 @@ from aws_cdk import AssetHashType, Aws, BundlingOptions, DockerImage, ILocalBund
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from conveyor.declarations import DeclarationError
+from conveyor.contract.errors import DeclarationError
+from conveyor.contract.loader import TOPOLOGY_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 # Asset folder name -> source folder.
@@ -30,7 +31,7 @@ IGNORED_PARTS = {"__pycache__", ".mypy_cache", ".pytest_cache"}
 
 # Third-party distributions the workers import that the Lambda runtime (boto3, botocore and
 # their dependencies: python-dateutil, six, ...) and the Powertools layer (pydantic,
-# aws-xray-sdk) lack: conveyor.schedules evaluates cron with croniter, and zoneinfo needs
+# aws-xray-sdk) lack: conveyor.contract.schedules evaluates cron with croniter, and zoneinfo needs
 # tzdata where the OS ships no time zone database. They are copied from the installed,
 # pinned versions (requirements.txt), so they must be pure Python: a compiled extension
 # built for this machine would not load on Lambda's arm64 Linux.
@@ -116,10 +117,14 @@ class _CopySources:
 
 
 class WorkerPackage(Construct):
-    """The code asset and the pinned Powertools layer, shared by every worker function."""
+    """The code asset, the pinned Powertools layer and the environment naming the topology, shared by every function."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, powertools_layer_version: int) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, powertools_layer_version: int, topology_spec: str
+    ) -> None:
         super().__init__(scope, construct_id)
+        # The library never names the app: the functions find the declarations where synth did.
+        self.environment = {TOPOLOGY_ENV: topology_spec}
         self.code = lambda_.Code.from_asset(
             str(SOURCES["functions"]),
             asset_hash_type=AssetHashType.CUSTOM,

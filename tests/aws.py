@@ -7,9 +7,9 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from conveyor.declarations import Topology
+from conveyor.contract.settings import WorkerSettings
+from conveyor.contract.topology import Topology
 from conveyor.local.provision import Provisioned, provision
-from conveyor.settings import WorkerSettings
 
 
 @dataclass

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from conveyor.harness import Harness
 from conveyor.local.event_source import to_lambda_record
-from conveyor.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED, JobMetrics
-from conveyor.outcomes import JobOutcome, fan_out
-from conveyor.worker import Worker
+from conveyor.worker.handler import Worker
+from conveyor.worker.harness import Harness
+from conveyor.worker.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED, JobMetrics
+from conveyor.worker.outcomes import JobOutcome, fan_out
 from tests.aws import Aws
 from tests.lambda_context import lambda_context
 

@@ -4,9 +4,9 @@ from datetime import timedelta
 
 from pydantic import Field
 
-from conveyor.declarations import RetryPolicy, job
-from conveyor.job_context import JobContext
-from conveyor.payloads import Payload
+from conveyor.contract.declarations import RetryPolicy, job
+from conveyor.contract.job_context import JobContext
+from conveyor.contract.payloads import Payload
 from functions.providers.payments import CardDeclinedError, PaymentProvider, RateLimitedError
 
 _payments = PaymentProvider()

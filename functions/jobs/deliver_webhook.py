@@ -5,10 +5,10 @@ from http import HTTPStatus
 
 from pydantic import Field
 
-from conveyor.declarations import RetryPolicy, job
-from conveyor.errors import PermanentError, RetryableError
-from conveyor.job_context import JobContext
-from conveyor.payloads import Payload, sensitive
+from conveyor.contract.declarations import RetryPolicy, job
+from conveyor.contract.errors import PermanentError, RetryableError
+from conveyor.contract.job_context import JobContext
+from conveyor.contract.payloads import Payload, sensitive
 from functions.providers.webhooks import WebhookReceiver
 
 _receiver = WebhookReceiver()

@@ -6,9 +6,9 @@ Its one effect is keyed by the job id, which for a scheduled run names the occur
 
 from pydantic import Field
 
-from conveyor.declarations import job
-from conveyor.job_context import JobContext
-from conveyor.payloads import Payload
+from conveyor.contract.declarations import job
+from conveyor.contract.job_context import JobContext
+from conveyor.contract.payloads import Payload
 from functions.providers.effects import EffectsLedger
 
 PROVIDER = "reports"

@@ -7,10 +7,11 @@ and a flexible window keeps them from all starting at the same moment.
 
 from pydantic import Field
 
-from conveyor.declarations import job
-from conveyor.job_context import JobContext
-from conveyor.payloads import Payload
-from conveyor.schedules import MAX_SHARDS, shard_of
+from conveyor.contract.declarations import job
+from conveyor.contract.job_context import JobContext
+from conveyor.contract.payloads import Payload
+from conveyor.contract.schedule_inputs import shard_of
+from conveyor.contract.schedules import MAX_SHARDS
 from functions.providers.effects import EffectsLedger
 
 PROVIDER = "accounts"

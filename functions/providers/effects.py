@@ -11,8 +11,8 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
-from conveyor import naming
-from conveyor.declarations import Table
+from conveyor.contract import naming
+from conveyor.contract.declarations import Table
 
 # Declared in functions/topology.py; the stack and the local runtime create it from there.
 EFFECTS_TABLE = Table("effects", key="effect_key")

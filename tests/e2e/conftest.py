@@ -26,14 +26,15 @@ from typing import Any, TypeVar
 import boto3
 import pytest
 
-from conveyor import naming
-from conveyor.declarations import Topology
+from conveyor.contract import naming
+from conveyor.contract.topology import Topology
 from conveyor.local.demo import Observed, QueueDepth, queue_depth
 from conveyor.local.embedded import LOOPBACK, REGION, EmbeddedAws, free_port
 from conveyor.local.provision import Provisioned, provision
 from conveyor.local.runtime import LocalRuntime, local_environment
-from conveyor.outbox import OUTBOX_TABLE_ENV
-from conveyor.producer import JobClient, JobRequest
+from conveyor.sdk.client import JobClient
+from conveyor.sdk.outbox import OUTBOX_TABLE_ENV
+from conveyor.sdk.prepare import JobRequest
 from functions.providers.effects import EFFECTS_TABLE, KEY_ATTRIBUTE, Effect, EffectsLedger
 from tests.fixtures.e2e_topology import QUEUE, TOPOLOGY
 
@@ -41,7 +42,7 @@ T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 # The console script of the interpreter running the tests (the project's venv).
-JOBS = Path(sys.executable).parent / "jobs"
+JOBS = Path(sys.executable).parent / "conveyor"
 TOPOLOGY_SPEC = "tests.fixtures.e2e_topology:TOPOLOGY"
 WAIT_S = 60.0
 POLL_S = 0.1
@@ -213,7 +214,7 @@ def runtime(aws: LocalAws, tmp_path: Path) -> Iterator[InProcess]:
 
 @dataclass
 class JobsProcess:
-    """A `jobs` command running as its own process, its output going to files."""
+    """A `conveyor` command running as its own process, its output going to files."""
 
     process: "subprocess.Popen[bytes]"
     stdout: Path
@@ -236,7 +237,7 @@ class JobsProcess:
     def running(self) -> bool:
         """True while it runs; an unexpected exit fails the test with the process's output."""
         if self.process.poll() is not None:
-            raise AssertionError(f"`jobs` exited unexpectedly: {self.describe()}")
+            raise AssertionError(f"`conveyor` exited unexpectedly: {self.describe()}")
         return True
 
     def ready(self) -> bool:
@@ -264,7 +265,7 @@ class JobsProcess:
 
 @contextmanager
 def jobs_process(*argv: str, workdir: Path, topology: str = TOPOLOGY_SPEC) -> Iterator[JobsProcess]:
-    """Run ``jobs --topology <topology> local <argv>`` in ``workdir``; the process is gone afterwards, come what may."""
+    """Run ``conveyor --topology <topology> local <argv>`` in ``workdir``; the process is gone afterwards."""
     workdir.mkdir(parents=True, exist_ok=True)
     stdout, stderr = workdir / "stdout.log", workdir / "stderr.log"
     with stdout.open("wb") as out, stderr.open("wb") as err:
@@ -285,12 +286,12 @@ def jobs_process(*argv: str, workdir: Path, topology: str = TOPOLOGY_SPEC) -> It
 
 
 def run_jobs(*argv: str, workdir: Path, timeout_s: float = WAIT_S) -> "subprocess.CompletedProcess[str]":
-    """Run ``jobs --topology <e2e> local <argv>`` in ``workdir`` to completion."""
+    """Run ``conveyor --topology <e2e> local <argv>`` in ``workdir`` to completion."""
     return run_cli("local", *argv, workdir=workdir, timeout_s=timeout_s)
 
 
 def run_cli(*argv: str, workdir: Path, timeout_s: float = WAIT_S) -> "subprocess.CompletedProcess[str]":
-    """Run ``jobs --topology <e2e> <argv>`` in ``workdir`` to completion, as an operator's shell would."""
+    """Run ``conveyor --topology <e2e> <argv>`` in ``workdir`` to completion, as an operator's shell would."""
     workdir.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
         [str(JOBS), "--topology", TOPOLOGY_SPEC, *argv],
@@ -311,7 +312,7 @@ def _jobs_command(argv: Sequence[str], topology: str) -> list[str]:
 def _child_environment(**extra: str) -> dict[str, str]:
     """This process's environment, with the project importable from any working directory.
 
-    Children run in the test's own directory, not the project's: `jobs local` keeps files
+    Children run in the test's own directory, not the project's: `conveyor local` keeps files
     under ./.cache (metric values), which must not land in, or be deleted from, the checkout.
     """
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))

@@ -1,9 +1,9 @@
-"""The local runtime end to end, as an operator runs it: `jobs local up|work`, real processes, real signals.
+"""The local runtime end to end, as an operator runs it: `conveyor local up|work`, real processes, real signals.
 
 What these prove is what users rely on: a worker killed mid-batch loses no job and charges no
 order twice; a job that keeps failing ends in the DLQ with its reason; a duplicate delivery
 causes no second effect; SIGTERM drains and leaves nothing behind; a taken port is one line.
-Workers run as `jobs` processes from the console script, each in the test's own directory.
+Workers run as `conveyor` processes from the console script, each in the test's own directory.
 """
 
 import json
@@ -16,14 +16,15 @@ from typing import Any
 import boto3
 import pytest
 
-from conveyor import message_attributes as attrs
-from conveyor import naming
-from conveyor.envelope import Envelope, new_job_id
+from conveyor.contract import message_attributes as attrs
+from conveyor.contract import naming
+from conveyor.contract.envelope import Envelope, new_job_id
+from conveyor.contract.reasons import Reason
 from conveyor.local.demo import queue_depth
 from conveyor.local.embedded import LOOPBACK, REGION, free_port
-from conveyor.outcomes import Kind
-from conveyor.producer import JobClient, JobRequest
-from conveyor.reasons import Reason
+from conveyor.sdk.client import JobClient
+from conveyor.sdk.prepare import JobRequest
+from conveyor.worker.outcomes import Kind
 from functions.providers.effects import Effect
 from tests.e2e.conftest import (
     InProcess,
@@ -157,7 +158,7 @@ def test_sigterm_drains_and_leaves_nothing_running(monkeypatch: pytest.MonkeyPat
             return _queue_url(sqs)
 
         queue_url = wait_until(provisioned_queue, "the declared queue exists")
-        wait_until(up.ready, "`jobs local up` runs its workers and handles SIGTERM")
+        wait_until(up.ready, "`conveyor local up` runs its workers and handles SIGTERM")
         (job_id,) = JobClient(TOPOLOGY, sqs_client=sqs).enqueue_many([_charge("order-drained", 100, half_ms=500)])
         wait_until(lambda: up.running() and queue_depth(sqs, queue_url).in_flight == 1, "a worker holds the job")
 
@@ -168,20 +169,20 @@ def test_sigterm_drains_and_leaves_nothing_running(monkeypatch: pytest.MonkeyPat
     assert "conveyor: draining" in err, up.describe()
     assert "left to return" not in err, up.describe()
     assert job_id in _succeeded_job_ids(out), f"the job in flight at SIGTERM did not finish: {up.describe()}"
-    assert port_is_free(port), f"port {port} is still bound after `jobs local up` exited"
+    assert port_is_free(port), f"port {port} is still bound after `conveyor local up` exited"
 
 
 @linux_only
 def test_sigterm_stops_the_workers_whichever_thread_receives_it(aws: LocalAws, tmp_path: Path) -> None:
     with jobs_process("work", "--endpoint", aws.endpoint, workdir=tmp_path) as work:
-        wait_until(work.ready, "`jobs local work` runs its workers and handles SIGTERM")
+        wait_until(work.ready, "`conveyor local work` runs its workers and handles SIGTERM")
         main_thread, *other_threads = work.threads()
         assert main_thread == work.pid
         assert other_threads, "no worker threads to receive the signal"
         # A process-wide SIGTERM goes to whichever thread the kernel picks; here, the first poller.
         send_to_thread(work.pid, other_threads[0], signal.SIGTERM)
 
-        wait_until(lambda: work.process.poll() is not None, "`jobs local work` exits after SIGTERM")
+        wait_until(lambda: work.process.poll() is not None, "`conveyor local work` exits after SIGTERM")
         _, err = work.output()
 
     assert work.process.returncode == 0, work.describe()
@@ -198,4 +199,4 @@ def test_port_in_use_is_one_line_and_nonzero(tmp_path: Path) -> None:
     assert result.returncode == 1, result
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"jobs: port {port}"), result.stderr
+    assert lines[0].startswith(f"conveyor: port {port}"), result.stderr

@@ -1,6 +1,6 @@
 """Long-running jobs end to end: a report spanning several chunks, its worker killed mid-chunk.
 
-`jobs local work` runs as its own process and is killed with SIGKILL (no drain) once the report
+`conveyor local work` runs as its own process and is killed with SIGKILL (no drain) once the report
 has checkpointed; a second worker then finishes it. What users rely on: every row's effect
 happens once, the second worker resumes from the checkpoint (rows before it are never processed
 again, at most one checkpoint interval after it is), and nothing is left on the queue or the DLQ.
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conveyor import checkpoints
-from conveyor.declarations import Topology
-from conveyor.producer import JobRequest
+from conveyor.contract.topology import Topology
+from conveyor.sdk.prepare import JobRequest
+from conveyor.worker import checkpoints
 from functions.jobs.generate_report import NEXT_ROW, row_key
 from functions.providers.effects import Effect
 from tests.e2e.conftest import LocalAws, jobs_process, wait_until

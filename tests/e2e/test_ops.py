@@ -1,4 +1,4 @@
-"""The ops CLI against the local runtime, as an operator uses it: `jobs` processes, real workers.
+"""The ops CLI against the local runtime, as an operator uses it: `conveyor` processes, real workers.
 
 What these prove is what operators rely on: a filtered redrive moves exactly what matches; a
 dry run changes nothing; a canary that fails again stops the rest; an interrupted redrive,
@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from conveyor.cli import main
-from conveyor.cli_support import EXIT_INCOMPLETE, EXIT_NO_CREDENTIALS, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_USAGE
-from conveyor.envelope import Envelope, new_job_id
+from conveyor.cli.main import main
+from conveyor.cli.support import EXIT_INCOMPLETE, EXIT_NO_CREDENTIALS, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_USAGE
+from conveyor.contract.envelope import Envelope, new_job_id
+from conveyor.contract.reasons import Reason
 from conveyor.local.embedded import free_port
 from conveyor.ops.dlq_entries import DlqFilter
 from conveyor.ops.rate import RateLimiter
 from conveyor.ops.redrive import Redrive
 from conveyor.ops.target import Clients, local_target
-from conveyor.producer import JobRequest
-from conveyor.reasons import Reason
+from conveyor.sdk.prepare import JobRequest
 from tests.e2e.conftest import JOBS, ROOT, TOPOLOGY_SPEC, InProcess, LocalAws, run_cli, wait_until
 from tests.fixtures.e2e_topology import QUEUE, TOPOLOGY, record_key
 
@@ -43,7 +43,7 @@ def cli(tmp_path: Path, *argv: str) -> "subprocess.CompletedProcess[str]":
 
 def cli_json(tmp_path: Path, *argv: str) -> Any:
     done = cli(tmp_path, *argv, "--json")
-    assert done.returncode == 0, f"jobs {' '.join(argv)} exited {done.returncode}: {done.stderr}"
+    assert done.returncode == 0, f"conveyor {' '.join(argv)} exited {done.returncode}: {done.stderr}"
     return json.loads(done.stdout)
 
 
@@ -272,7 +272,7 @@ def test_pause_stops_consumption_and_resume_restarts_it(aws: LocalAws, runtime: 
     names = ["p1", "p2", "p3"]
     aws.enqueue_many(
         [
-            __import__("conveyor.producer", fromlist=["JobRequest"]).JobRequest("record_effect", {"name": n})
+            __import__("conveyor.sdk.client", fromlist=["JobRequest"]).JobRequest("record_effect", {"name": n})
             for n in names
         ]
     )

@@ -20,18 +20,19 @@ from typing import Any
 
 import pytest
 
-from conveyor import message_attributes as attrs
-from conveyor import outbox
-from conveyor.declarations import Topology
-from conveyor.envelope import Envelope, new_job_id
-from conveyor.errors import TransactionConditionError
+from conveyor.contract import message_attributes as attrs
+from conveyor.contract.envelope import Envelope, new_job_id
+from conveyor.contract.errors import TransactionConditionError
+from conveyor.contract.reasons import Reason
+from conveyor.contract.relay_settings import OUTBOX_SOURCE
+from conveyor.contract.topology import Topology
 from conveyor.local.event_source import Handler
 from conveyor.local.stream_source import StreamPoller
-from conveyor.outcomes import Kind
-from conveyor.producer import JobClient, JobRequest
-from conveyor.reasons import Reason
-from conveyor.relay import RELAY_SOURCE, Relay
-from conveyor.relay_settings import OUTBOX_SOURCE
+from conveyor.sdk import outbox
+from conveyor.sdk.client import JobClient
+from conveyor.sdk.prepare import JobRequest
+from conveyor.worker.outcomes import Kind
+from conveyor.worker.relay import RELAY_SOURCE, Relay
 from functions.orders import NEW, ORDER_ID, ORDERS_TABLE, PLACED, STATUS, Order
 from tests.e2e.conftest import STOP_S, InProcess, LocalAws, jobs_process, wait_until
 from tests.fixtures.e2e_topology import charge_key, record_key

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from conveyor import message_attributes as attrs
-from conveyor.envelope import Envelope, new_job_id
-from conveyor.outcomes import Kind
-from conveyor.reasons import Reason
+from conveyor.contract import message_attributes as attrs
+from conveyor.contract.envelope import Envelope, new_job_id
+from conveyor.contract.reasons import Reason
+from conveyor.worker.outcomes import Kind
 from tests.e2e.conftest import InProcess, LocalAws, run_cli, wait_until
 from tests.fixtures.e2e_topology import QUEUE, record_key
 

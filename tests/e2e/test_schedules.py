@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.declarations import Topology
+from conveyor.contract.schedules import MissedReason, Schedule
+from conveyor.contract.topology import Topology
 from conveyor.local.demo import Observed
 from conveyor.local.runtime import LocalRuntime
 from conveyor.local.scheduler import ScheduleClock
-from conveyor.schedule_runs import CAUGHT_UP, RunStatus, ScheduleRuns
-from conveyor.schedules import MissedReason, Schedule
+from conveyor.worker.schedule_runs import CAUGHT_UP, RunStatus, ScheduleRuns
 from tests.e2e.conftest import STOP_S, LocalAws, wait_until
 from tests.fixtures.schedule_runs_topology import (
     CATCHING_UP,

@@ -1,17 +1,17 @@
-"""`jobs stats` reads back what the local runtime processed, through the embedded CloudWatch."""
+"""`conveyor stats` reads back what the local runtime processed, through the embedded CloudWatch."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from conveyor.cli import main
+from conveyor.cli.main import main
 from conveyor.local.demo import Observed
 from conveyor.local.emf import RAW_VALUES_FILE
 from conveyor.local.runtime import LocalRuntime
-from conveyor.metrics import COUNTS
-from conveyor.producer import JobRequest
-from conveyor.stats import SOURCE_RAW
+from conveyor.ops.stats import SOURCE_RAW
+from conveyor.sdk.prepare import JobRequest
+from conveyor.worker.metrics import COUNTS
 from tests.e2e.conftest import LocalAws, wait_until
 from tests.fixtures.e2e_topology import ALWAYS_FAILS_ATTEMPTS, QUEUE, TOPOLOGY
 
@@ -21,7 +21,7 @@ RECORDS = 6
 def test_jobs_stats_json_matches_what_was_processed(
     aws: LocalAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)  # the runtime's raw values and `jobs stats` meet in ./.cache/local
+    monkeypatch.chdir(tmp_path)  # the runtime's raw values and `conveyor stats` meet in ./.cache/local
     observed = Observed()
     runtime = LocalRuntime(TOPOLOGY, endpoint_url=aws.endpoint, observer=observed.record)
     runtime.start(raw_values=RAW_VALUES_FILE)

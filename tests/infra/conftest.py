@@ -12,14 +12,17 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from conveyor.declarations import Topology
-from conveyor.outbox import OUTBOX_TABLE_ENV
-from conveyor.outputs import STACK_NAME
-from conveyor.relay_settings import SOURCE_ENV
-from conveyor.settings import WorkerSettings
+from conveyor.contract.outputs import STACK_NAME
+from conveyor.contract.relay_settings import SOURCE_ENV
+from conveyor.contract.settings import WorkerSettings
+from conveyor.contract.topology import Topology
+from conveyor.sdk.outbox import OUTBOX_TABLE_ENV
 from functions.topology import TOPOLOGY
 from infra.app import build_app
 from tests.fixtures.stream_topology import TOPOLOGY as STREAM_TOPOLOGY
+
+TOPOLOGY_SPEC = "functions.topology:TOPOLOGY"
+STREAM_TOPOLOGY_SPEC = "tests.fixtures.stream_topology:TOPOLOGY"
 
 
 @dataclass(frozen=True)
@@ -169,8 +172,8 @@ class Synthesized:
         return properties
 
 
-def synthesize(topology: Topology, outdir: Path) -> Synthesized:
-    app = build_app(topology, outdir=str(outdir))
+def synthesize(topology: Topology, spec: str, outdir: Path) -> Synthesized:
+    app = build_app(topology, topology_spec=spec, outdir=str(outdir))
     app.synth()  # raises if cdk-nag finds an unacknowledged error
     template = Template.from_json(json.loads((outdir / f"{STACK_NAME}.template.json").read_text()))
     return Synthesized(template=template, outdir=outdir, topology=topology)
@@ -178,9 +181,9 @@ def synthesize(topology: Topology, outdir: Path) -> Synthesized:
 
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    return synthesize(TOPOLOGY, tmp_path_factory.mktemp("cdk.out"))
+    return synthesize(TOPOLOGY, TOPOLOGY_SPEC, tmp_path_factory.mktemp("cdk.out"))
 
 
 @pytest.fixture(scope="session")
 def stream_synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    return synthesize(STREAM_TOPOLOGY, tmp_path_factory.mktemp("cdk.out.stream"))
+    return synthesize(STREAM_TOPOLOGY, STREAM_TOPOLOGY_SPEC, tmp_path_factory.mktemp("cdk.out.stream"))

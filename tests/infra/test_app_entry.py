@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.declarations import DeclarationError
+from conveyor.contract.errors import DeclarationError
 from infra import app as infra_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def test_bad_context_values_name_the_cdk_json_key(monkeypatch: pytest.MonkeyPatc
     from tests.fixtures.small_topology import TOPOLOGY
 
     with pytest.raises(DeclarationError, match=r"cdk\.json conveyor:log-retention='FOREVER': not one of ONE_DAY"):
-        infra_app.build_app(TOPOLOGY)
+        infra_app.build_app(TOPOLOGY, topology_spec="tests.fixtures.small_topology:TOPOLOGY")
     monkeypatch.setattr(infra_app, "project_context", lambda: {**context, infra_app.POWERTOOLS_LAYER_CONTEXT: "latest"})
     with pytest.raises(DeclarationError, match="powertools-layer-version='latest': expected a positive integer"):
-        infra_app.build_app(TOPOLOGY)
+        infra_app.build_app(TOPOLOGY, topology_spec="tests.fixtures.small_topology:TOPOLOGY")

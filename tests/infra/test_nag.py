@@ -7,7 +7,7 @@ import pytest
 from aws_cdk import Stack
 from aws_cdk import aws_sqs as sqs
 
-from conveyor.outputs import STACK_NAME
+from conveyor.contract.outputs import STACK_NAME
 from infra.app import build_app, is_validation_failure
 from tests.fixtures.small_topology import TOPOLOGY as SMALL
 from tests.infra.conftest import Synthesized
@@ -51,7 +51,7 @@ def test_acknowledgments_sit_on_the_named_policies_only_with_a_reason(synthesize
 
 
 def test_unacknowledged_finding_fails_synth(tmp_path: Path) -> None:
-    app = build_app(SMALL, outdir=str(tmp_path))
+    app = build_app(SMALL, topology_spec="tests.fixtures.small_topology:TOPOLOGY", outdir=str(tmp_path))
     # A queue with no DLQ and no TLS requirement: AwsSolutions-SQS3 and SQS4.
     stack = app.node.find_child(STACK_NAME)
     assert isinstance(stack, Stack)

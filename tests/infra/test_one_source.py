@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from conveyor import checkpoints, outputs, relay_mapping
+from conveyor.contract import outputs, relay_mapping
+from conveyor.contract.relay_settings import OUTBOX_SOURCE
 from conveyor.local.provision import event_source_settings, relay_dlq_attributes
-from conveyor.relay_settings import OUTBOX_SOURCE
+from conveyor.worker import checkpoints
 from functions.topology import TOPOLOGY
 from tests.aws import Aws, moto_aws
 from tests.fixtures.stream_topology import ORDERS

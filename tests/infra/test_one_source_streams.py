@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conveyor.relay_settings import OUTBOX_SOURCE
+from conveyor.contract.relay_settings import OUTBOX_SOURCE
 from tests.aws import Aws, moto_aws
 from tests.fixtures.stream_topology import ORDERS
 from tests.fixtures.stream_topology import TOPOLOGY as STREAM_TOPOLOGY

@@ -1,9 +1,9 @@
-"""The stack gives the `jobs` ops CLI an audit table, self-resuming pauses, and a least-privilege policy."""
+"""The stack gives the `conveyor` ops CLI an audit table, self-resuming pauses, and a least-privilege policy."""
 
 import json
 from typing import Any
 
-from conveyor import outputs
+from conveyor.contract import outputs
 from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
 from conveyor.ops.event_sources import ResumeSchedules
 from functions.topology import TOPOLOGY
@@ -27,7 +27,7 @@ def _granted(statements: list[dict[str, Any]]) -> dict[str, set[str]]:
 
 
 def _mapping_arns(synthesized: Synthesized) -> list[str]:
-    """The workers' mappings: those that read a queue (the stream relays' are not paused by `jobs`)."""
+    """The workers' mappings: those that read a queue (the stream relays' are not paused by `conveyor`)."""
     mappings = {
         logical_id: mapping
         for logical_id, mapping in synthesized.template.find_resources("AWS::Lambda::EventSourceMapping").items()

@@ -12,8 +12,10 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk.assertions import Match
 
-from conveyor import limits, naming, outbox, outputs, relay_mapping
-from conveyor.relay_settings import OUTBOX_SOURCE, RelaySettings
+from conveyor.contract import limits, naming, outputs, relay_mapping
+from conveyor.contract.loader import TOPOLOGY_ENV
+from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
+from conveyor.sdk import outbox
 from functions.orders import ORDERS_TABLE as PROJECT_ORDERS
 from infra.app import LOG_RETENTION_CONTEXT, PREFIX_CONTEXT, project_context
 from infra.outbox_relay import (
@@ -24,7 +26,7 @@ from infra.outbox_relay import (
     OutboxRelay,
 )
 from tests.fixtures.stream_topology import NOTES, ORDERS
-from tests.infra.conftest import Synthesized, as_list, render
+from tests.infra.conftest import STREAM_TOPOLOGY_SPEC, Synthesized, as_list, render
 
 PREFIX: str = project_context()[PREFIX_CONTEXT]
 # DynamoDB Streams keeps a record 24 hours: a maximum record age must sit inside it.
@@ -145,6 +147,7 @@ def test_relay_environment_names_its_source_the_relay_dlq_and_every_queue(
     variables = stream_synthesized.properties(ids.function)["Environment"]["Variables"]
     settings = RelaySettings.from_environment({name: render(value) for name, value in variables.items()})
     assert settings.source == source
+    assert variables[TOPOLOGY_ENV] == STREAM_TOPOLOGY_SPEC
     assert settings.dlq_url == f"${{{_relay_dlq(stream_synthesized)}}}"
     assert settings.queue_urls == {
         queue.name: f"${{{stream_synthesized.of_queue(queue.name).queue}}}"

@@ -8,12 +8,15 @@ from typing import Any
 
 import pytest
 
-from conveyor import metrics, outputs
-from conveyor.declarations import DeclarationError, Queue, RetryPolicy
-from conveyor.outputs import STACK_NAME
-from conveyor.schedule_runs import emit_schedule_succeeded
-from conveyor.schedules import SCHEDULE_ARN, SCHEDULED_TIME, Schedule, schedule_inputs
-from conveyor.settings import METRICS_NAMESPACE, WorkerSettings
+from conveyor.contract import outputs
+from conveyor.contract.declarations import Queue, RetryPolicy
+from conveyor.contract.errors import DeclarationError
+from conveyor.contract.outputs import STACK_NAME
+from conveyor.contract.schedule_inputs import SCHEDULE_ARN, SCHEDULED_TIME, schedule_inputs
+from conveyor.contract.schedules import Schedule
+from conveyor.contract.settings import METRICS_NAMESPACE, WorkerSettings
+from conveyor.worker import metrics
+from conveyor.worker.missed_runs import emit_schedule_succeeded
 from infra.app import PREFIX_CONTEXT, project_context
 from infra.job_queue import DLQ_RETENTION
 from infra.schedules import (
@@ -62,7 +65,9 @@ def _id(value: tuple[Schedule, int] | Schedule) -> str:
 
 @pytest.fixture(scope="module")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    return synthesize(TOPOLOGY, tmp_path_factory.mktemp("cdk.out.schedules"))
+    return synthesize(
+        TOPOLOGY, "tests.fixtures.schedule_topology:TOPOLOGY", tmp_path_factory.mktemp("cdk.out.schedules")
+    )
 
 
 def _schedules(synthesized: Synthesized) -> dict[str, dict[str, Any]]:
@@ -88,7 +93,7 @@ def _arn(logical_id: str) -> dict[str, list[str]]:
 
 def test_one_scheduler_schedule_per_declaration_and_shard(synthesized: Synthesized) -> None:
     deployed = _schedules(synthesized)
-    # The ops group's one-time resumes are created by `jobs`, not by the stack.
+    # The ops group's one-time resumes are created by `conveyor`, not by the stack.
     assert set(deployed) == {scheduler_name(PREFIX, schedule, shard) for schedule, shard in SHARDS}
     assert len(deployed) == sum(schedule.shards for schedule in TOPOLOGY.schedules) == 8
     assert "conveyor-sweep-orders-3" in deployed

@@ -7,10 +7,12 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Capture, Match
 
-from conveyor import lease, limits, naming, outputs, schedule_runs
-from conveyor.checkpoints import EXPIRES_AT as CHECKPOINT_TTL
-from conveyor.checkpoints import KEY as CHECKPOINT_KEY
-from conveyor.settings import WorkerSettings
+from conveyor.contract import limits, naming, outputs
+from conveyor.contract.loader import TOPOLOGY_ENV
+from conveyor.contract.settings import WorkerSettings
+from conveyor.worker import lease, schedule_runs
+from conveyor.worker.checkpoints import EXPIRES_AT as CHECKPOINT_TTL
+from conveyor.worker.checkpoints import KEY as CHECKPOINT_KEY
 from functions.orders import ORDERS_TABLE
 from functions.providers.effects import EFFECTS_TABLE
 from functions.providers.effects import KEY_ATTRIBUTE as EFFECTS_KEY
@@ -24,7 +26,7 @@ from infra.job_queue import (
     SCHEDULE_RUN_ACTIONS,
 )
 from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME
-from tests.infra.conftest import Synthesized, as_list
+from tests.infra.conftest import TOPOLOGY_SPEC, Synthesized, as_list
 
 QUEUE_NAMES = [queue.name for queue in TOPOLOGY.queues]
 ONE_MONTH_DAYS = 30
@@ -193,6 +195,8 @@ def test_worker_environment_names_its_own_queue_dlq_and_table(synthesized: Synth
     assert json.loads(settings.leases_table) == {"Ref": synthesized.output_ref(outputs.LEASES_TABLE)}
     assert schedule_runs_id != table_id
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Conveyor"
+    # The worker finds the declarations where synth did: the library names no app.
+    assert variables[TOPOLOGY_ENV] == TOPOLOGY_SPEC
     assert variables[naming.table_env(EFFECTS_TABLE.name)] == {"Ref": synthesized.table(EFFECTS_KEY)}
 
 
@@ -381,6 +385,6 @@ def test_outputs_let_tools_find_each_queue(synthesized: Synthesized, name: str) 
 def test_worker_asset_ships_the_handlers_and_the_library(synthesized: Synthesized) -> None:
     (asset_dir,) = [path for path in synthesized.outdir.iterdir() if path.name.startswith("asset.")]
     shipped = {path.relative_to(asset_dir).as_posix() for path in asset_dir.rglob("*") if path.is_file()}
-    assert {"functions/worker.py", "functions/topology.py", "conveyor/declarations.py"} <= shipped
+    assert {"functions/worker.py", "functions/topology.py", "conveyor/contract/declarations.py"} <= shipped
     assert not [path for path in shipped if "__pycache__" in path or path.endswith(".pyc")]
     assert not [path for path in shipped if path.startswith(("infra/", "tests/"))]

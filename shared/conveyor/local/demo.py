@@ -1,6 +1,6 @@
-"""`jobs local demo`: run a scenario end to end on the local runtime, watch it, check it, report.
+"""`conveyor local demo`: run a scenario end to end on the local runtime, watch it, check it, report.
 
-The engine is generic: a scenario (the project's, `functions/demo.py`) enqueues work and says
+The engine is generic: a scenario (the project's, `scenarios/demo.py`) enqueues work and says
 what must come of it; the engine runs the platform, shows live progress, and checks the
 scenario's invariants against what actually happened (outcomes, DLQ contents, effects).
 """
@@ -18,19 +18,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from conveyor import message_attributes as attrs
+from conveyor.contract import message_attributes as attrs
+from conveyor.contract.schedules import Schedule
+from conveyor.contract.settings import SERVICE_NAME
+from conveyor.contract.timestamps import utc_text
 from conveyor.local.provision import Provisioned
 from conveyor.local.runtime import LocalRuntime
 from conveyor.local.strict import refused
-from conveyor.metrics import COUNTS
+from conveyor.ops.stats import JobStats, percentile, read_stats, render_stats
 from conveyor.ops.status import queue_counts
-from conveyor.outcomes import JobOutcome, Kind
-from conveyor.relay import RELAY_SOURCE, SEQUENCE_NUMBER
-from conveyor.schedule_runs import RunRecord, ScheduleRuns, ScheduleState
-from conveyor.schedules import Schedule
-from conveyor.settings import SERVICE_NAME
-from conveyor.stats import JobStats, percentile, read_stats, render_stats
-from conveyor.timestamps import utc_text
+from conveyor.worker.metrics import COUNTS
+from conveyor.worker.outcomes import JobOutcome, Kind
+from conveyor.worker.relay import RELAY_SOURCE, SEQUENCE_NUMBER
+from conveyor.worker.schedule_runs import RunRecord, ScheduleRuns, ScheduleState
 
 # The scenario must settle (queues empty, nothing in flight) within this long: a guard against a
 # hang, not a speed target. The example scenario settles in about 90s on 2 cores with one of them
@@ -301,7 +301,7 @@ def report(
         points = ", ".join(f"p{pct} {percentile(latencies, pct) or 0:.2f}s" for pct in PERCENTILES)
         left_out = f" ({ahead} scheduled runs created on the emulator's clock left out)" if ahead else ""
         out.write(f"\nEnqueue to done: {points} over {len(latencies)} jobs{left_out}\n")
-    out.write("\n`jobs stats` for this run (the harness's EMF metrics, read back from the embedded CloudWatch)\n")
+    out.write("\n`conveyor stats` for this run (the harness's EMF metrics, read back from the embedded CloudWatch)\n")
     out.write(render_stats(stats) + "\n")
     out.write("\nInvariants\n")
     for invariant in invariants:
@@ -339,7 +339,7 @@ def stats_match(observed: Observed, stats: list[JobStats]) -> Invariant:
         if count != seen[(entry.queue, entry.job_type, name)]
     ]
     return Invariant(
-        "`jobs stats` reads back the same counts the demo observed",
+        "`conveyor stats` reads back the same counts the demo observed",
         not wrong,
         "; ".join(wrong[:3]) or f"{sum(sum(e.counts.values()) for e in stats)} outcomes, per job type and kind",
     )

@@ -12,11 +12,11 @@ from typing import Any
 
 import boto3
 
-from conveyor.errors import ConveyorError
+from conveyor.contract.errors import ConveyorError
 from conveyor.local import moto_concurrency
 from conveyor.local.move_tasks import MoveTasks
 from conveyor.local.sqs_metrics import SqsMetricsPublisher
-from conveyor.local.strict.server import StrictGateway
+from conveyor.local.gateway import StrictGateway
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 4566
@@ -67,7 +67,7 @@ class EmbeddedAws:
         # Checked first: moto's server thread would otherwise wait forever on a taken port.
         _check_port(self.port)
         try:
-            # Imported here: moto is a development dependency, and `jobs` runs without it in production.
+            # Imported here: moto is a development dependency, and `conveyor` runs without it in production.
             from moto.moto_server.werkzeug_app import (
                 DomainDispatcherApplication,
                 MotoRequestHandler,

@@ -2,7 +2,7 @@
 
 The forwarder stands in for stdout in the local runtime. Every line still goes where it went;
 EMF documents are also published to the embedded CloudWatch, and their raw values appended
-to a file, since moto computes no percentiles and `jobs stats` must compute them from those.
+to a file, since moto computes no percentiles and `conveyor stats` must compute them from those.
 """
 
 import json

@@ -22,8 +22,8 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from conveyor import limits
-from conveyor.declarations import Queue
+from conveyor.contract import limits
+from conveyor.contract.declarations import Queue
 from conveyor.local.lambda_context import LocalLambdaContext
 from conveyor.local.provision import ProvisionedQueue
 from conveyor.ops.event_sources import EventSourceState

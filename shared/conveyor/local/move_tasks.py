@@ -25,7 +25,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from conveyor import limits
+from conveyor.contract import limits
 from conveyor.local.strict.violation import Violation
 
 API = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/"

@@ -8,16 +8,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from conveyor import checkpoints, lease, limits, naming, schedule_runs
-from conveyor.declarations import Queue, Topology
-from conveyor.idempotency import RECORD_KEY, RECORD_TTL
+from conveyor.contract import limits, naming
+from conveyor.contract.declarations import Queue
+from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
+from conveyor.contract.settings import WorkerSettings
+from conveyor.contract.topology import Topology
 from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
 from conveyor.ops.event_sources import LOCAL_EVENT_SOURCES_KEY, LocalEventSources
-from conveyor.outbox import EXPIRES_AT as OUTBOX_TTL
-from conveyor.outbox import KEY as OUTBOX_KEY
-from conveyor.outbox import OUTBOX_TABLE_ENV
-from conveyor.relay_settings import OUTBOX_SOURCE, RelaySettings
-from conveyor.settings import WorkerSettings
+from conveyor.sdk.outbox import EXPIRES_AT as OUTBOX_TTL
+from conveyor.sdk.outbox import KEY as OUTBOX_KEY
+from conveyor.sdk.outbox import OUTBOX_TABLE_ENV
+from conveyor.worker import checkpoints, lease, schedule_runs
+from conveyor.worker.idempotency import RECORD_KEY, RECORD_TTL
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def _fifo(queue: Queue) -> dict[str, str]:
 
 
 def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None = None) -> Provisioned:
-    """Create (or find, if they exist) every declared queue, DLQ and table, and what `jobs` operates with.
+    """Create (or find, if they exist) every declared queue, DLQ and table, and what `conveyor` operates with.
 
     Each queue's emulated event source mapping starts enabled at its declared concurrency,
     unless an earlier run left one (paused, say), which is kept.
@@ -132,7 +134,7 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
     _create_table(dynamodb, checkpoints_table, key=checkpoints.KEY, ttl_attribute=checkpoints.EXPIRES_AT)
     schedule_runs_table = naming.table_name(naming.SCHEDULE_RUNS_TABLE, prefix=prefix)
     _create_table(dynamodb, schedule_runs_table, key=schedule_runs.KEY, ttl_attribute=schedule_runs.EXPIRES_AT)
-    # No TTL on leases: deleting an item would restart its fencing token (conveyor.lease).
+    # No TTL on leases: deleting an item would restart its fencing token (conveyor.worker.lease).
     leases_table = naming.table_name(naming.LEASES_TABLE, prefix=prefix)
     _create_table(dynamodb, leases_table, key=lease.KEY, ttl_attribute=None)
     tables = {}

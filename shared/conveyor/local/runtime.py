@@ -19,20 +19,20 @@ import boto3
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from conveyor import naming
-from conveyor.declarations import Topology
-from conveyor.harness import Harness
+from conveyor.contract import naming
+from conveyor.contract.topology import Topology
 from conveyor.local.embedded import LOCAL_CREDENTIALS, REGION, LocalRuntimeError
 from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
 from conveyor.local.event_source import QueuePoller
 from conveyor.local.provision import Provisioned, provision
 from conveyor.local.scheduler import LocalScheduler, ScheduleClock
 from conveyor.local.stream_source import StreamPoller
-from conveyor.metrics import JobMetrics
 from conveyor.ops.event_sources import LocalEventSources
-from conveyor.outcomes import Observer, fan_out, ignore
-from conveyor.relay import Relay
-from conveyor.worker import Worker
+from conveyor.worker.handler import Worker
+from conveyor.worker.harness import Harness
+from conveyor.worker.metrics import JobMetrics
+from conveyor.worker.outcomes import Observer, fan_out, ignore
+from conveyor.worker.relay import Relay
 
 
 def local_environment(endpoint_url: str) -> dict[str, str]:
@@ -103,7 +103,7 @@ class LocalRuntime:
         sys.stdout = EmfForwarder(sys.stdout, self.cloudwatch, raw_values)
         # The stack gives every worker these variables; here all workers share one process.
         os.environ.update(provisioned.table_environment())
-        # What `jobs pause/resume/concurrency` change locally; each poller reads its queue's state.
+        # What `conveyor pause/resume/concurrency` change locally; each poller reads its queue's state.
         event_sources = LocalEventSources(self.dynamodb, provisioned.event_sources_table)
         for queue in self.topology.queues:
             metrics = JobMetrics()

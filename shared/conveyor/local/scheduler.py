@@ -3,7 +3,7 @@
 moto stores schedules but never fires them, so locally this stands in for Scheduler. It reads
 the declarations the stack deploys and sends what Scheduler would send: each shard's target
 input (``schedule_input``) with the context attributes filled in (``render_input``), to the job's
-queue. What it shares with the cloud, it takes from ``conveyor.schedules``:
+queue. What it shares with the cloud, it takes from ``conveyor.contract.schedules``:
 
 - cron, rate and at expressions in the schedule's time zone, with EventBridge's DST rules;
 - each shard is its own schedule, so each gets its own random delay within the flexible window;
@@ -29,11 +29,13 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from conveyor import naming
-from conveyor.declarations import Topology
+from conveyor.contract import naming
+from conveyor.contract.cron import occurrences
+from conveyor.contract.schedule_inputs import render_input, schedule_input
+from conveyor.contract.schedules import Schedule
+from conveyor.contract.topology import Topology
 from conveyor.local.provision import ProvisionedQueue
-from conveyor.schedule_runs import shards_of
-from conveyor.schedules import Schedule, occurrences, render_input, schedule_input
+from conveyor.worker.schedule_runs import shards_of
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """The SQS metric AWS publishes and moto does not: ApproximateAgeOfOldestMessage, per queue.
 
-`jobs status` and the queue-age alarm read it from CloudWatch. In AWS, SQS publishes it every
+`conveyor status` and the queue-age alarm read it from CloudWatch. In AWS, SQS publishes it every
 minute; the embedded AWS does the same, from moto's in-process queues, to its own CloudWatch.
-Only a moto running in this process can be read, so `jobs local up` and the demo publish it;
-`jobs local work --endpoint` (moto elsewhere) does not.
+Only a moto running in this process can be read, so `conveyor local up` and the demo publish it;
+`conveyor local work --endpoint` (moto elsewhere) does not.
 """
 
 import logging

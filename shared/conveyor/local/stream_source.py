@@ -1,6 +1,6 @@
 """Lambda's DynamoDB Streams event source mapping, emulated with the relays' settings.
 
-The settings are the deployed mapping's (``conveyor.relay_mapping``), and so is what this does:
+The settings are the deployed mapping's (``conveyor.contract.relay_mapping``), and so is what this does:
 - every shard is read from TRIM_HORIZON, a child shard only once its parent is read to its end,
   one batch of up to ``batch_size`` records at a time per shard (parallelization factor 1), in
   sequence order;
@@ -45,10 +45,10 @@ from datetime import UTC, datetime, timedelta
 from itertools import takewhile
 from typing import Any, cast
 
-from conveyor import relay_mapping
+from conveyor.contract import relay_mapping
+from conveyor.contract.timestamps import utc_text
 from conveyor.local.event_source import Handler, failed_ids
 from conveyor.local.lambda_context import LocalLambdaContext
-from conveyor.timestamps import utc_text
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Who changed what, and when: every redrive, discard, pause, resume and concurrency change.
 
 The audit table has one item per operation, keyed by a time-ordered id. Operators read it
-with `jobs audit`; the volume is that of human actions, so a scan is the right query.
+with `conveyor audit`; the volume is that of human actions, so a scan is the right query.
 """
 
 import json
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from conveyor.timestamps import utc_text
+from conveyor.contract.timestamps import utc_text
 
 AUDIT_KEY = "id"
 AUDIT_TTL = "expires_at"

@@ -22,13 +22,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from conveyor import limits
-from conveyor.declarations import JobType, Topology
-from conveyor.envelope import parse_json, summarize_validation_error
-from conveyor.errors import ContractError, ConveyorError, EnqueueError, InvalidJobError
+from conveyor.contract import limits
+from conveyor.contract.declarations import JobType
+from conveyor.contract.envelope import parse_json, summarize_validation_error
+from conveyor.contract.errors import ContractError, ConveyorError, EnqueueError, InvalidJobError
+from conveyor.contract.reasons import Reason
+from conveyor.contract.topology import Topology
 from conveyor.ops.rate import RateLimiter
-from conveyor.producer import JobClient, JobRequest
-from conveyor.reasons import Reason
+from conveyor.sdk.client import JobClient
+from conveyor.sdk.prepare import JobRequest
 
 # Fixed for good: a new namespace would give every line of a resumed backfill a new id.
 JOB_ID_NAMESPACE = uuid.UUID("5cad36c6-a27f-4c83-87f0-20d56416958b")

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from conveyor import message_attributes as attrs
-from conveyor.declarations import Topology
-from conveyor.durations import parse_duration
-from conveyor.envelope import Envelope, parse_envelope, parse_json
-from conveyor.errors import ContractError
-from conveyor.payloads import MASK, mask_values, sensitive_fields, sensitive_values
-from conveyor.reasons import RELAY_ONLY, Reason
-from conveyor.timestamps import parse_utc
+from conveyor.contract import message_attributes as attrs
+from conveyor.contract.durations import parse_duration
+from conveyor.contract.envelope import Envelope, parse_envelope, parse_json
+from conveyor.contract.errors import ContractError
+from conveyor.contract.payloads import MASK, mask_values, sensitive_fields, sensitive_values
+from conveyor.contract.reasons import RELAY_ONLY, Reason
+from conveyor.contract.timestamps import parse_utc
+from conveyor.contract.topology import Topology
 
 RECEIVE_LIMIT = "receive_limit"
 # What a job queue's DLQ entry can say: the harness's reasons, or SQS's own redrive.
@@ -59,7 +59,7 @@ class DlqEntry:
     failed_at: datetime
     group_id: str | None
     envelope: Envelope | None
-    # Set when the entry failed again after `jobs dlq redrive` returned it to its queue.
+    # Set when the entry failed again after `conveyor dlq redrive` returned it to its queue.
     redrive_id: str | None = None
 
     @classmethod
@@ -91,7 +91,7 @@ class DlqEntry:
         )
 
     def summary(self) -> dict[str, Any]:
-        """What `jobs dlq ls --json` prints per entry."""
+        """What `conveyor dlq ls --json` prints per entry."""
         return {
             "job_id": self.job_id,
             "job_type": self.job_type,

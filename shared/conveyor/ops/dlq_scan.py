@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from conveyor import limits
+from conveyor.contract import limits
+from conveyor.contract.errors import ConveyorError
 from conveyor.ops.dlq_entries import DlqEntry
 
 HOLD = timedelta(minutes=2)
@@ -33,7 +34,7 @@ EMPTY_RECEIVES_TO_END = 2
 RECEIVE_WAIT_S = 1
 
 
-class HoldLostError(Exception):
+class HoldLostError(ConveyorError):
     """Held entries could not be kept hidden: stop before acting on them with stale handles."""
 
 

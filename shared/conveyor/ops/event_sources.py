@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from conveyor import limits
-from conveyor.declarations import Topology
+from conveyor.contract import limits
+from conveyor.contract.errors import ConveyorError
+from conveyor.contract.topology import Topology
 
 LOCAL_EVENT_SOURCES_KEY = "queue"
 # The universal target through which a one-time schedule calls UpdateEventSourceMapping.
@@ -28,7 +29,7 @@ _RESUME_UPDATE = "SET enabled = :on REMOVE resume_at"
 _RESUME_VALUES = {":on": {"BOOL": True}}
 
 
-class EventSourceNotFoundError(LookupError):
+class EventSourceNotFoundError(ConveyorError, LookupError):
     """The queue has no event source (mapping) where one was expected."""
 
 
@@ -191,7 +192,7 @@ class LambdaEventSources:
                     "Arn": RESUME_TARGET_ARN,
                     "RoleArn": self._schedules.role_arn,
                     "Input": json.dumps({"UUID": self._uuid(queue), "Enabled": True}),
-                    # Bounded: Scheduler's default retries for 24 hours; `jobs status` shows a resume that never came.
+                    # Bounded: Scheduler retries for 24 h by default; `conveyor status` shows a resume that never came.
                     "RetryPolicy": {
                         "MaximumRetryAttempts": RESUME_RETRY_ATTEMPTS,
                         "MaximumEventAgeInSeconds": int(RESUME_RETRY_WINDOW.total_seconds()),

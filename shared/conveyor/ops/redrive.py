@@ -18,14 +18,14 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from conveyor import message_attributes as attrs
-from conveyor.declarations import Topology
-from conveyor.errors import ContractError
-from conveyor.idempotency import IdempotentRunner
+from conveyor.contract import message_attributes as attrs
+from conveyor.contract.errors import ContractError
+from conveyor.contract.topology import Topology
 from conveyor.ops.dlq_entries import DlqEntry, DlqFilter
 from conveyor.ops.dlq_scan import KEEP_EVERY_S, DlqScan, read_entries
 from conveyor.ops.rate import RateLimiter
 from conveyor.ops.target import QueueTarget
+from conveyor.worker.idempotency import IdempotentRunner
 
 SAMPLE_SIZE = 5
 CANARY_POLL = timedelta(seconds=2)

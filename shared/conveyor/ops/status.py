@@ -4,7 +4,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from conveyor.declarations import Topology
+from conveyor.contract.topology import Topology
 from conveyor.ops.target import QueueTarget, Target
 
 # SQS publishes ApproximateAgeOfOldestMessage every minute; look back far enough to find one.
@@ -22,7 +22,7 @@ class QueueStatus:
     delayed: int
     oldest_age_s: float | None
     dlq_visible: int
-    # DLQ entries someone holds right now (a `jobs dlq` scan, a redrive in progress).
+    # DLQ entries someone holds right now (a `conveyor dlq` scan, a redrive in progress).
     dlq_in_flight: int
     paused: bool
     max_concurrency: int | None

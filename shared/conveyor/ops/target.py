@@ -13,9 +13,9 @@ from typing import Any
 
 import boto3
 
-from conveyor import naming, outputs
-from conveyor.declarations import Topology
-from conveyor.idempotency import IdempotentRunner
+from conveyor.contract import naming, outputs
+from conveyor.contract.errors import ConveyorError
+from conveyor.contract.topology import Topology
 from conveyor.ops.audit import AuditLog
 from conveyor.ops.event_sources import (
     EventSources,
@@ -23,12 +23,13 @@ from conveyor.ops.event_sources import (
     LocalEventSources,
     ResumeSchedules,
 )
+from conveyor.worker.idempotency import IdempotentRunner
 
 ENDPOINT_ENV = "AWS_ENDPOINT_URL"
 STACK_ENV = "CONVEYOR_STACK"
 
 
-class TargetNotFoundError(LookupError):
+class TargetNotFoundError(ConveyorError, LookupError):
     """The stack, an output or a queue is missing: the message says which, in one line."""
 
 
@@ -100,7 +101,8 @@ def local_target(topology: Topology, clients: Clients) -> Target:
             dlq = clients("sqs").get_queue_url(QueueName=naming.dlq_name(queue.name, fifo=queue.fifo))["QueueUrl"]
         except clients("sqs").exceptions.QueueDoesNotExist as error:
             raise TargetNotFoundError(
-                f"queue {queue.name!r} does not exist at {os.environ.get(ENDPOINT_ENV)}; is `jobs local up` running?"
+                f"queue {queue.name!r} does not exist at {os.environ.get(ENDPOINT_ENV)}; "
+                "is `conveyor local up` running?"
             ) from error
         queues[queue.name] = QueueTarget(name=queue.name, url=url, dlq_url=dlq, fifo=queue.fifo)
     return Target(

@@ -5,11 +5,11 @@ BatchWriteItem). Strict mode checks each request against AWS's documented limits
 sees it, and answers a violation with AWS's error code, message shape and the page that states
 the limit. The same rules run in two places:
 
-- ``StrictGateway`` (server side), in front of the embedded AWS's moto server: on for the
+- ``StrictGateway`` (conveyor.local.gateway, server side), in front of the embedded AWS's moto server: on for the
   local runtime, the demo and every test that starts a server;
 - ``install()`` (client side), botocore hooks for in-process moto (``mock_aws``) in tests.
 
-The limits themselves live in conveyor.limits, shared with the SDK, the harness and infra.
+The limits themselves live in conveyor.contract.limits, shared with the SDK, the harness and infra.
 """
 
 from conveyor.local.strict.client import install, suspended

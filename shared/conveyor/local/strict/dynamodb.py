@@ -7,9 +7,9 @@ two actions on one item; these rules add what it lets through.
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from conveyor import limits
+from conveyor.contract import limits
+from conveyor.contract.sizes import item_bytes
 from conveyor.local.strict.violation import Rule, Violation
-from conveyor.sizes import item_bytes
 
 QUOTAS = "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html"
 DATA_TYPES = "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html"

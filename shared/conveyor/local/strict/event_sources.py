@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from typing import Any
 
-from conveyor import limits
+from conveyor.contract import limits
 from conveyor.local.strict.violation import Rule, Violation
 
 UPDATE = "https://docs.aws.amazon.com/lambda/latest/api/API_UpdateEventSourceMapping.html"

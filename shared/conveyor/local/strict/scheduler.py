@@ -4,7 +4,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from conveyor import limits
+from conveyor.contract import limits
 from conveyor.local.strict.violation import Rule, Violation
 
 CREATE = "https://docs.aws.amazon.com/scheduler/latest/APIReference/API_CreateSchedule.html"

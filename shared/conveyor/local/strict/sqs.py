@@ -5,9 +5,9 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from conveyor import limits
+from conveyor.contract import limits
+from conveyor.contract.sizes import message_bytes
 from conveyor.local.strict.violation import EntryFailures, Rule, Violation
-from conveyor.sizes import message_bytes
 
 SEND_MESSAGE = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html"
 SEND_BATCH = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html"

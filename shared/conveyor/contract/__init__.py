@@ -1,0 +1,66 @@
+"""What producers, workers and operators agree on: declarations, the envelope, payload models, errors.
+
+Nothing here creates an AWS client. Modules not exported below (naming, limits, sizes, the
+wire formats of attributes and settings) are Conveyor's own plumbing, public to its other
+packages only.
+"""
+
+from conveyor.contract.declarations import JobType, Queue, RetryPolicy, StreamImage, StreamRule, Table, job
+from conveyor.contract.envelope import Correlation, Envelope
+from conveyor.contract.errors import (
+    CheckpointError,
+    CheckpointTooLargeError,
+    Continued,
+    ContractError,
+    ConveyorError,
+    DeclarationError,
+    EnqueueError,
+    InvalidJobError,
+    JobTimeoutError,
+    PermanentError,
+    RetryableError,
+    Snooze,
+    TransactionCanceledError,
+    TransactionConditionError,
+)
+from conveyor.contract.job_context import JobContext
+from conveyor.contract.loader import load_topology
+from conveyor.contract.payloads import Payload, sensitive
+from conveyor.contract.reasons import Reason
+from conveyor.contract.schedules import Schedule, catch_up, skip
+from conveyor.contract.topology import Topology
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointTooLargeError",
+    "Continued",
+    "ContractError",
+    "ConveyorError",
+    "Correlation",
+    "DeclarationError",
+    "EnqueueError",
+    "Envelope",
+    "InvalidJobError",
+    "JobContext",
+    "JobTimeoutError",
+    "JobType",
+    "Payload",
+    "PermanentError",
+    "Queue",
+    "Reason",
+    "RetryPolicy",
+    "RetryableError",
+    "Schedule",
+    "Snooze",
+    "StreamImage",
+    "StreamRule",
+    "Table",
+    "Topology",
+    "TransactionCanceledError",
+    "TransactionConditionError",
+    "catch_up",
+    "job",
+    "load_topology",
+    "sensitive",
+    "skip",
+]

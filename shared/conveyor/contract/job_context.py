@@ -1,0 +1,63 @@
+"""What a job's handler is told about the run it is in, and how a long job keeps its progress."""
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, Protocol
+
+from aws_lambda_powertools import Logger
+
+from conveyor.contract.envelope import Correlation
+
+
+class Resumable(Protocol):
+    """Where a run keeps its progress: the worker's checkpoint store (conveyor.worker.checkpoints.Progress)."""
+
+    def resume_state(self) -> dict[str, Any] | None: ...
+
+    def checkpoint(self, state: Mapping[str, Any]) -> None: ...
+
+    def continue_later(self, state: Mapping[str, Any]) -> NoReturn: ...
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """The run's identity and budget. ``logger`` already carries job id, type, attempt and correlation."""
+
+    job_id: str
+    job_type: str
+    attempt: int
+    max_attempts: int
+    idempotency_key: str
+    created_at: datetime
+    correlation: Correlation
+    logger: Logger
+    deadline_monotonic: float
+    progress: Resumable = field(repr=False)
+
+    def remaining_time(self) -> timedelta:
+        """Time left before the job's own timeout (or the invocation's end, if sooner)."""
+        return timedelta(seconds=max(0.0, self.deadline_monotonic - time.monotonic()))
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """The state to resume from: this run's last checkpoint, or what the previous chunk handed on.
+
+        None means start from the beginning. Read from DynamoDB on the first call only.
+        """
+        return self.progress.resume_state()
+
+    def checkpoint(self, state: Mapping[str, Any]) -> None:
+        """Persist progress (JSON, within DynamoDB's 400 KB item): a redelivery resumes from it.
+
+        Large state goes by reference (an S3 key); too large raises CheckpointTooLargeError.
+        """
+        self.progress.checkpoint(state)
+
+    def continue_later(self, state: Mapping[str, Any]) -> NoReturn:
+        """Enqueue the rest of the work as the next chunk, resuming from ``state``, and end this run.
+
+        Call it between units of work when ``remaining_time()`` runs low; the run then ends as a
+        success (it raises ``Continued``, which the harness catches: let it propagate).
+        """
+        self.progress.continue_later(state)

@@ -1,0 +1,47 @@
+"""The public JSON Schema of every message Conveyor sends, generated from the declarations.
+
+One document: the envelope, plus, for each job type and supported version, the payload
+schema that ``data`` must match when ``type`` and ``v`` say so. Producers in other
+languages validate against it; `conveyor schema` writes it to docs/.
+"""
+
+from typing import Any
+
+from conveyor.contract.envelope import Envelope
+from conveyor.contract.topology import Topology
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def envelope_schema(topology: Topology) -> dict[str, Any]:
+    schema = Envelope.model_json_schema()
+    definitions: dict[str, Any] = schema.pop("$defs", {})
+    rules = []
+    for job_type in topology.job_types:
+        payload = job_type.model.model_json_schema(ref_template=f"#/$defs/{job_type.name}.{{model}}")
+        for name, nested in payload.pop("$defs", {}).items():
+            definitions[f"{job_type.name}.{name}"] = nested
+        current = f"{job_type.name}.v{job_type.version}"
+        definitions[current] = payload
+        rules.append(
+            {
+                "if": {
+                    "properties": {"type": {"const": job_type.name}, "v": {"const": job_type.version}},
+                    "required": ["type", "v"],
+                },
+                "then": {"properties": {"data": {"$ref": f"#/$defs/{current}"}}},
+            }
+        )
+    schema.pop("title", None)
+    return {
+        "$schema": SCHEMA_DIALECT,
+        "title": "Conveyor job envelope",
+        "description": (
+            "The JSON body of every Conveyor message. Unknown top-level fields are ignored. "
+            "`data` must match the payload schema of its `type` at version `v`."
+        ),
+        **schema,
+        "properties": {**schema["properties"], "type": {"enum": [j.name for j in topology.job_types]}},
+        "allOf": rules,
+        "$defs": dict(sorted(definitions.items())),
+    }

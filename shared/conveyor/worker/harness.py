@@ -1,0 +1,451 @@
+"""The policy for one received message: parse, validate, run once, then ack, retry or dead-letter.
+
+Every path ends in exactly one of: the record returns (SQS deletes it: success, duplicate,
+dead-lettered, or re-sent for later), or it raises (a batch item failure: SQS redelivers it
+after the backoff this module set). Nothing is acknowledged before its outcome is durable.
+While a job runs, a heartbeat keeps its message hidden (conveyor.worker.heartbeat); a long job's
+checkpoints and continuations are in conveyor.worker.checkpoints; a scheduled job's missed-run policy
+and run audit, in conveyor.worker.schedule_runs.
+"""
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import BaseModel
+
+from conveyor.contract import limits
+from conveyor.contract.declarations import JobType
+from conveyor.contract.envelope import Envelope, parse_envelope
+from conveyor.contract.errors import Continued, ContractError, Snooze
+from conveyor.contract.job_context import JobContext
+from conveyor.contract.payloads import mask_values, sensitive_values
+from conveyor.contract.reasons import Reason
+from conveyor.contract.settings import SERVICE_NAME, WorkerSettings
+from conveyor.contract.topology import Topology
+from conveyor.sdk.prepare import JobRequest, message_entry, prepare, single_send
+from conveyor.worker.checkpoints import CheckpointStore, Chunk, Progress
+from conveyor.worker.classify import FailureKind, classify
+from conveyor.worker.dead_letter import DeadLetterQueue, Failure, failure_attributes
+from conveyor.worker.delivery import Delivery
+from conveyor.worker.heartbeat import DEADLINE_MARGIN, Heartbeat, lease_for
+from conveyor.worker.idempotency import IdempotentRunner, record_lifetime
+from conveyor.worker.missed_runs import ScheduledRuns
+from conveyor.worker.outcomes import JobOutcome, Kind, Observer, ignore
+from conveyor.worker.timeouts import time_limit
+from conveyor.worker.tracing import job_subsegment
+
+logger = Logger(service=SERVICE_NAME)
+
+# Time kept back from each invocation for the harness's own calls after a job (DLQ send,
+# visibility change): a tenth of the function timeout, at most two seconds.
+RESERVE_FRACTION = 0.1
+MAX_RESERVE_S = 2.0
+MILLISECONDS = 1000
+
+
+class RetryScheduledError(Exception):
+    """Raised to report a batch item failure once the message's backoff is set."""
+
+
+@dataclass
+class Invocation:
+    """One Lambda invocation's time budget, shared by the records of its batch."""
+
+    context: LambdaContext
+    reserve_s: float
+    started: int = field(default=0)
+
+    def budget_for(self, job_timeout: timedelta | None) -> float | None:
+        """Seconds the next job may run, or None to defer it to a later invocation.
+
+        A job with a declared timeout starts only if that whole timeout still fits (the first
+        job of a batch always starts), so one slow job cannot push the rest past the deadline.
+        A job without one may use whatever the invocation has left.
+        """
+        remaining = self.context.get_remaining_time_in_millis() / MILLISECONDS - self.reserve_s
+        if job_timeout is None:
+            return remaining if remaining > 0 else None
+        wanted = job_timeout.total_seconds()
+        if remaining >= wanted:
+            return wanted
+        if self.started == 0 and remaining > 0:
+            return remaining
+        return None
+
+    def deadline(self) -> float:
+        """When the invocation ends, as a ``time.monotonic()`` instant."""
+        return time.monotonic() + self.context.get_remaining_time_in_millis() / MILLISECONDS
+
+
+class Harness:
+    def __init__(
+        self,
+        topology: Topology,
+        settings: WorkerSettings,
+        *,
+        sqs_client: Any,
+        dynamodb_client: Any,
+        rng: random.Random | None = None,
+        clock: Callable[[], datetime] | None = None,
+        observer: Observer = ignore,
+    ) -> None:
+        self._topology = topology
+        self._settings = settings
+        self.queue = topology.queue(settings.queue)
+        self._sqs = sqs_client
+        self._dlq = DeadLetterQueue(sqs_client, settings.dlq_url)
+        self._runners = {
+            job_type.name: IdempotentRunner(
+                job_type, table_name=settings.idempotency_table, dynamodb_client=dynamodb_client
+            )
+            for job_type in topology.job_types_on(settings.queue)
+        }
+        self._checkpoints = CheckpointStore(dynamodb_client, settings.checkpoints_table)
+        # Builds the envelope of a job's next chunk, exactly as a producer's enqueue would.
+        self._rng = rng or random.SystemRandom()
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._observer = observer
+        # The run audit and missed-run policy of scheduled jobs (conveyor.worker.schedule_runs).
+        self._scheduled = (
+            ScheduledRuns(
+                topology,
+                dynamodb_client=dynamodb_client,
+                table_name=settings.schedule_runs_table,
+                sqs_client=sqs_client,
+                queue_url=settings.queue_url,
+                clock=self._clock,
+            )
+            if topology.schedules
+            else None
+        )
+
+    def begin(self, context: LambdaContext) -> Invocation:
+        for runner in self._runners.values():
+            runner.register(context)
+        reserve = min(MAX_RESERVE_S, self.queue.function_timeout.total_seconds() * RESERVE_FRACTION)
+        return Invocation(context=context, reserve_s=reserve)
+
+    def run_record(self, record: SQSRecord, invocation: Invocation) -> None:
+        now = self._clock()
+        delivery = Delivery.of(record)
+        try:
+            envelope = parse_envelope(record.body)
+        except ContractError as error:
+            self._dead_letter(record, delivery, now, reason=error.reason, error=error)
+            return
+        try:
+            job_type = self._admit(record, envelope)
+            payload = job_type.load_payload(envelope.data, envelope.v)
+        except ContractError as error:
+            self._dead_letter(record, delivery, now, reason=error.reason, error=error, envelope=envelope)
+            return
+        if delivery.not_before and delivery.not_before > now:
+            self._requeue(record, delivery, envelope, now, delivery.not_before - now, Kind.SNOOZED)
+            return
+        age = now - delivery.deadline_start(envelope.created_at)
+        if age > job_type.retry.max_wall_time:
+            deadline = ContractError(
+                Reason.DEADLINE_EXCEEDED,
+                f"enqueued (or redriven) {age.total_seconds():.0f}s ago, past max_wall_time "
+                f"{job_type.retry.max_wall_time.total_seconds():.0f}s",
+            )
+            self._dead_letter(record, delivery, now, reason=deadline.reason, error=deadline, envelope=envelope)
+            return
+        budget = invocation.budget_for(job_type.timeout)
+        if budget is None:
+            self._requeue(record, delivery, envelope, now, timedelta(0), Kind.DEFERRED)
+            return
+        invocation.started += 1
+        self._run(record, delivery, envelope, job_type, payload, budget, invocation.deadline(), now)
+
+    def _admit(self, record: SQSRecord, envelope: Envelope) -> JobType[Any]:
+        job_type = self._topology.job_type(envelope.type)
+        if job_type.queue != self._settings.queue:
+            raise ContractError(
+                Reason.UNKNOWN_TYPE,
+                f"job type {job_type.name!r} runs on queue {job_type.queue!r}, not {self._settings.queue!r}",
+            )
+        size = len(record.body.encode())
+        if size > job_type.max_payload_bytes:
+            raise ContractError(
+                Reason.PAYLOAD_TOO_LARGE,
+                f"body is {size} bytes, over the {job_type.max_payload_bytes}-byte limit of {job_type.name}",
+            )
+        return job_type
+
+    def _run(
+        self,
+        record: SQSRecord,
+        delivery: Delivery,
+        envelope: Envelope,
+        job_type: JobType[Any],
+        payload: BaseModel,
+        budget: float,
+        deadline: float,
+        now: datetime,
+    ) -> None:
+        key = job_type.idempotency_key_for(job_id=envelope.id, dedupe_key=envelope.dedupe_key, payload=payload)
+        bound = {
+            "queue": self.queue.name,
+            "job_id": envelope.id,
+            "job_type": job_type.name,
+            "attempt": delivery.attempt,
+            **envelope.correlation.model_dump(),
+        }
+        logger.thread_safe_append_keys(**bound)
+        progress = self._progress(record, envelope, job_type, payload, key)
+        context = JobContext(
+            job_id=envelope.id,
+            job_type=job_type.name,
+            attempt=delivery.attempt,
+            max_attempts=job_type.retry.max_attempts,
+            idempotency_key=key,
+            created_at=envelope.created_at,
+            correlation=envelope.correlation,
+            logger=logger,
+            deadline_monotonic=time.monotonic() + budget,
+            progress=progress,
+        )
+
+        def call_handler() -> None:
+            if self._scheduled:  # inside the idempotent call: a completed occurrence's duplicate never gets here
+                self._scheduled.begin(envelope)
+            # The limit covers the handler only, never Powertools' own record writes around it.
+            with time_limit(budget):
+                try:
+                    job_type.handler(payload, context)
+                except Continued as continued:
+                    logger.info("job continues in its next chunk", extra={"next_job_id": continued.next_job_id})
+
+        heartbeat = self._heartbeat(record, envelope, deadline)
+        try:
+            with job_subsegment(job_type.name, envelope.id, record.attributes.aws_trace_header), heartbeat:
+                ran = self._runners[job_type.name].run(key, call_handler)
+        except Snooze as snooze:
+            logger.info("job snoozed", extra={"delay_s": snooze.delay.total_seconds()})
+            self._requeue(record, delivery, envelope, now, snooze.delay, Kind.SNOOZED)
+        except Exception as error:  # every failure is classified; none escapes unrecorded
+            self._fail(record, delivery, envelope, job_type, error, now)
+        else:
+            if ran:
+                self._finish(progress)
+            if self._scheduled:  # a duplicate too: it may be the redelivery of a run whose record failed
+                self._scheduled.succeeded(envelope, delivery.attempt)
+            kind = Kind.SUCCEEDED if ran else Kind.DUPLICATE
+            logger.info("job succeeded" if ran else "job duplicate absorbed", extra={"outcome": kind.value})
+            self._report(kind, delivery, envelope, started_at=now)
+        finally:
+            logger.thread_safe_remove_keys(bound)
+
+    def _heartbeat(self, record: SQSRecord, envelope: Envelope, deadline: float) -> Heartbeat:
+        """Keeps the record's message hidden while its job runs, never past the invocation's ``deadline`` and margin."""
+        return Heartbeat(
+            self._sqs,
+            queue_url=self._settings.queue_url,
+            receipt_handle=record.receipt_handle,
+            job_id=envelope.id,
+            lease=lease_for(self.queue),
+            hold_until=deadline + DEADLINE_MARGIN.total_seconds(),
+        )
+
+    def _progress(
+        self, record: SQSRecord, envelope: Envelope, job_type: JobType[Any], payload: BaseModel, key: str
+    ) -> Progress:
+        """The run's checkpoints; it may hand off to a next chunk unless its key comes from its payload."""
+        return Progress(
+            self._checkpoints,
+            job_type=job_type.name,
+            job_id=envelope.id,
+            idempotency_key=key,
+            lifetime=record_lifetime(job_type),
+            clock=self._clock,
+            hand_off=None if job_type.idempotency_key else partial(self._hand_off, record, envelope, job_type, payload),
+        )
+
+    @staticmethod
+    def _finish(progress: Progress) -> None:
+        """Delete a completed run's checkpoint; if that fails, the job still succeeded and TTL deletes it."""
+        try:
+            progress.finish()
+        except (BotoCoreError, ClientError):
+            logger.warning("could not delete the checkpoint of a completed job; its TTL will", exc_info=True)
+
+    def _hand_off(
+        self, record: SQSRecord, envelope: Envelope, job_type: JobType[Any], payload: BaseModel, chunk: Chunk
+    ) -> None:
+        """Enqueue a job's next chunk on this queue: its payload, its correlation, the chunk's own id and key.
+
+        The chunk's key rides as the dedupe key, which (for a job type without an ``idempotency_key``
+        template) is the key the chunk runs under; on a FIFO queue it also dedupes the send.
+        """
+        request = JobRequest(
+            job_type,
+            payload,
+            job_id=chunk.job_id,
+            dedupe_key=chunk.idempotency_key,
+            group=record.attributes.message_group_id,
+        )
+        entry = prepare(self._topology, 0, request, envelope.correlation).entry
+        self._sqs.send_message(QueueUrl=self._settings.queue_url, **single_send(entry))
+
+    def _fail(
+        self,
+        record: SQSRecord,
+        delivery: Delivery,
+        envelope: Envelope,
+        job_type: JobType[Any],
+        error: Exception,
+        now: datetime,
+    ) -> None:
+        kind = classify(error, job_type)
+        if kind is FailureKind.PERMANENT:
+            self._dead_letter(
+                record, delivery, now, reason=Reason.PERMANENT_ERROR, error=error, envelope=envelope, started_at=now
+            )
+            return
+        if delivery.attempt >= job_type.retry.max_attempts:
+            self._dead_letter(
+                record, delivery, now, reason=Reason.ATTEMPTS_EXHAUSTED, error=error, envelope=envelope, started_at=now
+            )
+            return
+        delay = job_type.retry.delay(delivery.attempt, self._rng)
+        if now + delay - delivery.deadline_start(envelope.created_at) > job_type.retry.max_wall_time:
+            self._dead_letter(
+                record, delivery, now, reason=Reason.DEADLINE_EXCEEDED, error=error, envelope=envelope, started_at=now
+            )
+            return
+        self._set_visibility(record, delay)
+        logger.warning(
+            "job failed; will retry",
+            extra={
+                "reason": kind.value,
+                "error_class": type(error).__name__,
+                "error": self._describe(error, envelope),
+                "delay_s": delay.total_seconds(),
+            },
+        )
+        self._report(
+            Kind.RETRIED, delivery, envelope, reason=kind.value, error_class=type(error).__name__, started_at=now
+        )
+        raise RetryScheduledError(f"attempt {delivery.attempt} failed; retry in {delay.total_seconds():.1f}s")
+
+    def _set_visibility(self, record: SQSRecord, delay: timedelta) -> None:
+        """Backoff is the message's visibility: SQS hands it out again once the delay has passed."""
+        seconds = min(math.ceil(delay.total_seconds()), int(limits.SQS_MAX_VISIBILITY_TIMEOUT.total_seconds()))
+        try:
+            self._sqs.change_message_visibility(
+                QueueUrl=self._settings.queue_url, ReceiptHandle=record.receipt_handle, VisibilityTimeout=seconds
+            )
+        except Exception:  # the queue's own visibility timeout still brings the message back
+            logger.exception("could not set retry backoff; the queue's visibility timeout applies")
+
+    def _requeue(
+        self, record: SQSRecord, delivery: Delivery, envelope: Envelope, now: datetime, delay: timedelta, kind: Kind
+    ) -> None:
+        """Run the job later without spending an attempt: re-send a copy, then ack this one.
+
+        SQS delays a message by at most 15 minutes; a longer wait rides along as ``not_before``
+        and the copy is re-sent again until then. A FIFO queue has no per-message delay, so there
+        the message's visibility is extended instead (which holds its group, as FIFO must).
+        """
+        if self.queue.fifo:
+            self._set_visibility(record, delay)
+            self._report(kind, delivery, envelope)
+            raise RetryScheduledError(f"deferred {delay.total_seconds():.1f}s on a FIFO queue")
+        entry = message_entry(
+            record.body,
+            delay_seconds=math.ceil(min(delay, limits.SQS_MAX_DELAY).total_seconds()),
+            attributes=delivery.carried(now, now + delay if delay > limits.SQS_MAX_DELAY else None),
+        )
+        self._sqs.send_message(QueueUrl=self._settings.queue_url, **single_send(entry))
+        self._report(kind, delivery, envelope)
+
+    def _dead_letter(
+        self,
+        record: SQSRecord,
+        delivery: Delivery,
+        now: datetime,
+        *,
+        reason: Reason,
+        error: Exception,
+        envelope: Envelope | None = None,
+        started_at: datetime | None = None,
+    ) -> None:
+        failure = Failure(
+            reason=reason,
+            error_class=type(error).__name__,
+            error=self._describe(error, envelope),
+            attempts=delivery.attempt,
+            first_failed_at=delivery.first_failed_at(now),
+            last_failed_at=now,
+            job_type=envelope.type if envelope else None,
+            job_id=envelope.id if envelope else None,
+            redrive_id=delivery.redrive_id,
+        )
+        self._dlq.send(
+            record.body,
+            failure_attributes(failure, self._settings.queue),
+            group=(record.attributes.message_group_id or record.message_id) if self.queue.fifo else None,
+            deduplication_id=record.message_id,
+        )
+        if envelope and self._scheduled:
+            self._scheduled.failed(envelope, reason, delivery.attempt)
+        self._report(
+            Kind.DEAD_LETTERED,
+            delivery,
+            envelope,
+            reason=reason,
+            error_class=failure.error_class,
+            started_at=started_at,
+        )
+        logger.error(
+            "job dead-lettered",
+            extra={"reason": reason.value, "error_class": failure.error_class, "error": failure.error},
+        )
+
+    def _report(
+        self,
+        kind: Kind,
+        delivery: Delivery,
+        envelope: Envelope | None,
+        *,
+        reason: str | None = None,
+        error_class: str | None = None,
+        started_at: datetime | None = None,
+    ) -> None:
+        """Tell the observer how the record ended; ``started_at`` is set when the handler ran."""
+        self._observer(
+            JobOutcome(
+                queue=self.queue.name,
+                kind=kind,
+                job_type=envelope.type if envelope else None,
+                job_id=envelope.id if envelope else None,
+                attempt=delivery.attempt,
+                created_at=envelope.created_at if envelope else None,
+                finished_at=self._clock(),
+                started_at=started_at,
+                reason=reason,
+                error_class=error_class,
+            )
+        )
+
+    def _describe(self, error: BaseException, envelope: Envelope | None) -> str:
+        """The error's text with the payload's sensitive values masked."""
+        text = str(error) or type(error).__name__
+        if envelope is None:
+            return text
+        try:
+            model = self._topology.job_type(envelope.type).model
+        except ContractError:
+            return text
+        return mask_values(text, sensitive_values(model, envelope.data))
