@@ -1,8 +1,9 @@
 """The public JSON Schema of every message Conveyor sends, generated from the declarations.
 
 One document: the envelope, plus, for each job type and supported version, the payload
-schema that ``data`` must match when ``type`` and ``v`` say so. Producers in other
-languages validate against it; `conveyor schema` writes it to docs/.
+schema that ``data`` must match when ``type`` and ``v`` say so, and (``x-conveyor``) where each
+job type is sent. Producers in other repositories and languages validate against it;
+`conveyor schema` writes it to docs/.
 """
 
 from typing import Any
@@ -11,6 +12,9 @@ from conveyor.contract.envelope import Envelope
 from conveyor.contract.topology import Topology
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# Where the document says which queue each job type goes to: what a producer without the
+# project's code needs to send it (conveyor.sdk.schema_catalog). Validators ignore the keyword.
+ROUTES_KEY = "x-conveyor"
 
 
 def envelope_schema(topology: Topology) -> dict[str, Any]:
@@ -44,4 +48,20 @@ def envelope_schema(topology: Topology) -> dict[str, Any]:
         "properties": {**schema["properties"], "type": {"enum": [j.name for j in topology.job_types]}},
         "allOf": rules,
         "$defs": dict(sorted(definitions.items())),
+        ROUTES_KEY: routes(topology),
+    }
+
+
+def routes(topology: Topology) -> dict[str, Any]:
+    """Each queue's kind and each job type's queue, current version and size limit."""
+    return {
+        "queues": {queue.name: {"fifo": queue.fifo} for queue in topology.queues},
+        "job_types": {
+            job_type.name: {
+                "queue": job_type.queue,
+                "version": job_type.version,
+                "max_payload_bytes": job_type.max_payload_bytes,
+            }
+            for job_type in topology.job_types
+        },
     }

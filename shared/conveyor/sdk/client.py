@@ -24,6 +24,7 @@ from conveyor.contract.envelope import Correlation
 from conveyor.contract.errors import EnqueueError
 from conveyor.contract.loader import load_topology
 from conveyor.contract.topology import Topology
+from conveyor.sdk.catalog import Catalog, TopologyCatalog
 from conveyor.sdk.correlation import current_correlation
 from conveyor.sdk.outbox import OUTBOX_TABLE_ENV
 from conveyor.sdk.prepare import JobRequest, PreparedJob, chunks, prepare, reject_repeated_ids
@@ -35,6 +36,13 @@ SEND_RETRY = RetryPolicy(max_attempts=5, base=timedelta(milliseconds=100), cap=t
 
 
 class JobClient:
+    """Enqueue jobs: ``JobClient().enqueue("send_welcome_email", {"user_id": 1})``.
+
+    Inside the project the client reads the topology (the argument, else the project setting:
+    conveyor.contract.loader); outside it, ``JobClient.from_schema`` reads the committed JSON Schema.
+    Clients default to boto3's, so AWS_ENDPOINT_URL points them at the local runtime.
+    """
+
     def __init__(
         self,
         topology: Topology | None = None,
@@ -45,8 +53,9 @@ class JobClient:
         prefix: str | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        catalog: Catalog | None = None,
     ) -> None:
-        self._topology = topology or load_topology()
+        self._catalog = catalog or TopologyCatalog(topology or load_topology())
         self._sqs = sqs_client
         self._dynamodb = dynamodb_client
         self._outbox_table = (
@@ -56,6 +65,32 @@ class JobClient:
         self._rng = rng or random.Random()  # noqa: S311 - backoff jitter, not cryptography
         self._sleep = sleep
         self._queue_urls: dict[str, str] = {}
+
+    @classmethod
+    def from_schema(
+        cls,
+        schema: str | os.PathLike[str] | Mapping[str, Any],
+        *,
+        sqs_client: Any = None,
+        dynamodb_client: Any = None,
+        outbox_table: str | None = None,
+        prefix: str | None = None,
+    ) -> "JobClient":
+        """A client for a producer outside the project: job types by name, payloads as dicts.
+
+        ``schema`` is the document `conveyor schema` writes (docs/schema/envelope.schema.json), as
+        a path or already loaded. Payloads are checked against it before anything is sent.
+        """
+        # Imported here: jsonschema is the SDK's only for this path, never the worker's.
+        from conveyor.sdk.schema_catalog import SchemaCatalog
+
+        return cls(
+            sqs_client=sqs_client,
+            dynamodb_client=dynamodb_client,
+            outbox_table=outbox_table,
+            prefix=prefix,
+            catalog=SchemaCatalog(schema),
+        )
 
     @property
     def sqs(self) -> Any:
@@ -91,7 +126,7 @@ class JobClient:
     def enqueue_many(self, requests: Iterable[JobRequest], *, correlation: Correlation | None = None) -> list[str]:
         """Enqueue jobs in SendMessageBatch calls; ids come back in the order of ``requests``."""
         correlation = correlation or current_correlation()
-        prepared = [prepare(self._topology, index, request, correlation) for index, request in enumerate(requests)]
+        prepared = [prepare(self._catalog, index, request, correlation) for index, request in enumerate(requests)]
         reject_repeated_ids(prepared)
         accepted: set[str] = set()
         rejected: dict[str, str] = {}
@@ -122,13 +157,13 @@ class JobClient:
         and the errors.
         """
         correlation = correlation or current_correlation()
-        prepared = [prepare(self._topology, index, request, correlation) for index, request in enumerate(jobs)]
+        prepared = [prepare(self._catalog, index, request, correlation) for index, request in enumerate(jobs)]
         reject_repeated_ids(prepared)
         return self._outbox.transact(writes, prepared)
 
     def _queue_url(self, queue: str) -> str:
         if queue not in self._queue_urls:
-            name = naming.queue_name(queue, fifo=self._topology.queue(queue).fifo, prefix=self._prefix)
+            name = naming.queue_name(queue, fifo=self._catalog.fifo(queue), prefix=self._prefix)
             self._queue_urls[queue] = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
         return self._queue_urls[queue]
 

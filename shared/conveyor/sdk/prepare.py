@@ -17,9 +17,9 @@ from pydantic import BaseModel
 from conveyor.contract import limits
 from conveyor.contract.declarations import JobType
 from conveyor.contract.envelope import MAX_ID_LENGTH, Correlation, Envelope, new_job_id
-from conveyor.contract.errors import ContractError, InvalidJobError
-from conveyor.contract.topology import Topology
+from conveyor.contract.errors import InvalidJobError
 from conveyor.contract.trace_header import SYSTEM_ATTRIBUTE, current_trace_header
+from conveyor.sdk.catalog import Catalog
 
 
 @dataclass(frozen=True)
@@ -54,39 +54,38 @@ class PreparedJob:
 JOB_ID_PATTERN = re.compile(rf"[!-~]{{1,{MAX_ID_LENGTH}}}")
 
 
-def prepare(topology: Topology, index: int, request: JobRequest, correlation: Correlation) -> PreparedJob:
+def prepare(catalog: Catalog, index: int, request: JobRequest, correlation: Correlation) -> PreparedJob:
     """Validate one job and build its SendMessageBatch entry (body = the envelope): no call is made.
 
-    Every path that turns a request into a message (enqueue, the outbox, the stream relay)
-    goes through here, so all of them validate and shape jobs alike.
+    Every path that turns a request into a message (enqueue, the outbox, the stream relay, a
+    chunk's hand-off) goes through here, so all of them validate and shape jobs alike.
     """
-    job_type = _job_type(topology, request.job)
-    where = f"job {index} ({job_type.name})"
-    payload = _payload(job_type, request.payload, where)
-    queue = topology.queue(job_type.queue)
+    route = catalog.route(request.job)
+    where = f"job {index} ({route.job_type})"
+    data = catalog.payload(route, request.payload, where)
     job_id = new_job_id() if request.job_id is None else _checked_job_id(request.job_id, where)
     body = Envelope(
-        type=job_type.name,
-        v=job_type.version,
+        type=route.job_type,
+        v=route.version,
         id=job_id,
         dedupe_key=request.dedupe_key,
         created_at=datetime.now(UTC),
         correlation=correlation,
-        data=payload.model_dump(mode="json"),
+        data=data,
     ).to_json()
     size = len(body.encode())
-    if size > job_type.max_payload_bytes:
+    if size > route.max_payload_bytes:
         raise InvalidJobError(
-            f"{where}: message is {size} bytes, over the {job_type.max_payload_bytes}-byte limit "
+            f"{where}: message is {size} bytes, over the {route.max_payload_bytes}-byte limit "
             f"(max_payload_bytes); send large data by reference"
         )
-    if queue.fifo:
+    if route.fifo:
         if request.group is None:
-            raise InvalidJobError(f"{where}: queue {queue.name!r} is FIFO; pass group=")
+            raise InvalidJobError(f"{where}: queue {route.queue!r} is FIFO; pass group=")
         if request.delay:
-            raise InvalidJobError(f"{where}: FIFO queue {queue.name!r} has no per-message delay")
+            raise InvalidJobError(f"{where}: FIFO queue {route.queue!r} has no per-message delay")
     elif request.group is not None:
-        raise InvalidJobError(f"{where}: group= applies to FIFO queues; {queue.name!r} is standard")
+        raise InvalidJobError(f"{where}: group= applies to FIFO queues; {route.queue!r} is standard")
     entry = message_entry(
         body,
         index=index,
@@ -94,7 +93,7 @@ def prepare(topology: Topology, index: int, request: JobRequest, correlation: Co
         deduplication_id=request.dedupe_key or job_id,
         delay_seconds=_delay_seconds(request.delay, where) if request.delay else None,
     )
-    return PreparedJob(job_id=job_id, queue=queue.name, entry=entry, size=size)
+    return PreparedJob(job_id=job_id, queue=route.queue, entry=entry, size=size)
 
 
 def message_entry(
@@ -130,33 +129,6 @@ def message_entry(
 def single_send(entry: Mapping[str, Any]) -> dict[str, Any]:
     """A batch entry as SendMessage's keyword arguments (QueueUrl aside)."""
     return {name: value for name, value in entry.items() if name != "Id"}
-
-
-def _job_type(topology: Topology, job: JobType[Any] | str) -> JobType[Any]:
-    name = job if isinstance(job, str) else job.name
-    try:
-        declared = topology.job_type(name)
-    except ContractError as error:
-        raise InvalidJobError(f"job: {error}") from error
-    if not isinstance(job, str) and declared is not job:
-        raise InvalidJobError(f"job: {name!r} is not the job type declared in the topology")
-    return declared
-
-
-def _payload(job_type: JobType[Any], payload: BaseModel | Mapping[str, Any], where: str) -> BaseModel:
-    if isinstance(payload, job_type.model):
-        data: Mapping[str, Any] = payload.model_dump(mode="json")
-    elif isinstance(payload, Mapping):
-        data = payload
-    else:
-        raise InvalidJobError(
-            f"{where}: payload is a {type(payload).__name__}; expected {job_type.model.__name__} or a dict"
-        )
-    try:
-        validated: BaseModel = job_type.load_payload(data, job_type.version)
-    except ContractError as error:
-        raise InvalidJobError(f"{where}: payload: {error}") from error
-    return validated
 
 
 def _checked_job_id(job_id: str, where: str) -> str:

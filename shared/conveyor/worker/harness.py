@@ -32,6 +32,7 @@ from conveyor.contract.payloads import mask_values, sensitive_values
 from conveyor.contract.reasons import Reason
 from conveyor.contract.settings import SERVICE_NAME, WorkerSettings
 from conveyor.contract.topology import Topology
+from conveyor.sdk.catalog import TopologyCatalog
 from conveyor.sdk.prepare import JobRequest, message_entry, prepare, single_send
 from conveyor.worker.checkpoints import CheckpointStore, Chunk, Progress
 from conveyor.worker.classify import FailureKind, classify
@@ -100,6 +101,7 @@ class Harness:
         observer: Observer = ignore,
     ) -> None:
         self._topology = topology
+        self._catalog = TopologyCatalog(topology)
         self._settings = settings
         self.queue = topology.queue(settings.queue)
         self._sqs = sqs_client
@@ -295,7 +297,7 @@ class Harness:
             dedupe_key=chunk.idempotency_key,
             group=record.attributes.message_group_id,
         )
-        entry = prepare(self._topology, 0, request, envelope.correlation).entry
+        entry = prepare(self._catalog, 0, request, envelope.correlation).entry
         self._sqs.send_message(QueueUrl=self._settings.queue_url, **single_send(entry))
 
     def _fail(

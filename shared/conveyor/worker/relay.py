@@ -38,6 +38,7 @@ from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
 from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.topology import Topology
 from conveyor.sdk import outbox
+from conveyor.sdk.catalog import TopologyCatalog
 from conveyor.sdk.prepare import JOB_ID_PATTERN, JobRequest, PreparedJob, chunks, message_entry, prepare
 from conveyor.worker.dead_letter import DeadLetterQueue, reason_attributes
 from conveyor.worker.metrics import metric_set
@@ -90,6 +91,7 @@ class Relay:
 
     def __init__(self, topology: Topology, settings: RelaySettings, *, sqs_client: Any) -> None:
         self._topology = topology
+        self._catalog = TopologyCatalog(topology)
         self._settings = settings
         self._sqs = sqs_client
         self._dlq = DeadLetterQueue(sqs_client, settings.dlq_url)
@@ -182,7 +184,7 @@ class Relay:
                 continue
             request = JobRequest(rule.job, payload, job_id=stream_job_id(rule, record.event_id))
             try:
-                job = prepare(self._topology, first_index + len(jobs), request, self._correlation)
+                job = prepare(self._catalog, first_index + len(jobs), request, self._correlation)
             # InvalidJobError, or a TypeError for a value JSON cannot hold (a Decimal left as it came).
             except (ValueError, TypeError) as error:
                 cause = error.__cause__

@@ -14,6 +14,7 @@ from conveyor.contract.errors import DeclarationError
 from conveyor.contract.reasons import Reason
 from conveyor.contract.relay_settings import OUTBOX_SOURCE
 from conveyor.sdk import outbox
+from conveyor.sdk.catalog import TopologyCatalog
 from conveyor.sdk.outbox import OutboxEntry
 from conveyor.sdk.prepare import JobRequest, prepare
 from conveyor.worker.relay import RELAY_SOURCE, SEQUENCE_NUMBER, Relay, stream_job_id
@@ -71,7 +72,7 @@ def stream_event(*records: dict[str, Any]) -> dict[str, Any]:
 
 def envelope(request: JobRequest) -> str:
     """An envelope as JobClient writes it into the outbox."""
-    body: str = prepare(TOPOLOGY, 0, request, Correlation()).entry["MessageBody"]
+    body: str = prepare(TopologyCatalog(TOPOLOGY), 0, request, Correlation()).entry["MessageBody"]
     return body
 
 
