@@ -14,9 +14,9 @@ import boto3
 
 from conveyor.contract.errors import ConveyorError
 from conveyor.local import moto_concurrency
+from conveyor.local.gateway import StrictGateway
 from conveyor.local.move_tasks import MoveTasks
 from conveyor.local.sqs_metrics import SqsMetricsPublisher
-from conveyor.local.gateway import StrictGateway
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 4566
