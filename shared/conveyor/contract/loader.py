@@ -36,28 +36,28 @@ class ProjectSetting:
     pyproject: Path
 
 
-def project_setting(key: str, start: Path | None = None) -> ProjectSetting | None:
-    """``[tool.conveyor] <key>`` in the nearest pyproject.toml from ``start`` (the working directory) up.
-
-    The nearest pyproject.toml is the project's, whether or not it sets ``key``: a parent
-    directory's settings never leak into a project nested inside it.
-    """
+def nearest_pyproject(start: Path | None = None) -> Path | None:
+    """The project's pyproject.toml: the nearest one from ``start`` (the working directory) up."""
     here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        pyproject = folder / PYPROJECT
-        if not pyproject.is_file():
-            continue
-        try:
-            document = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-            raise DeclarationError(f"{pyproject}: not valid TOML ({error})") from error
-        value = document.get("tool", {}).get(TOOL_TABLE, {}).get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise DeclarationError(f"{pyproject}: [tool.{TOOL_TABLE}] {key} must be a 'module:attribute' string")
-        return ProjectSetting(value, pyproject)
-    return None
+    return next((folder / PYPROJECT for folder in (here, *here.parents) if (folder / PYPROJECT).is_file()), None)
+
+
+def project_setting(key: str, pyproject: Path) -> ProjectSetting | None:
+    """``[tool.conveyor] <key>`` in ``pyproject``, or None if it does not set it.
+
+    Only the nearest pyproject.toml counts: a parent directory's settings never leak into a
+    project nested inside it.
+    """
+    try:
+        document = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise DeclarationError(f"{pyproject}: not valid TOML ({error})") from error
+    value = document.get("tool", {}).get(TOOL_TABLE, {}).get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise DeclarationError(f"{pyproject}: [tool.{TOOL_TABLE}] {key} must be a 'module:attribute' string")
+    return ProjectSetting(value, pyproject)
 
 
 def resolve(key: str, spec: str | None, env: str) -> str:
@@ -66,11 +66,13 @@ def resolve(key: str, spec: str | None, env: str) -> str:
         return spec
     if os.environ.get(env):
         return os.environ[env]
-    setting = project_setting(key)
+    pyproject = nearest_pyproject()
+    setting = project_setting(key, pyproject) if pyproject else None
     if setting is None:
+        found = f"{pyproject} sets none" if pyproject else f"no {PYPROJECT} from {Path.cwd()} up"
         raise DeclarationError(
-            f'no {key} set: pass --{key}, set {env}=module:attribute, or add {key} = "module:attribute" '
-            f"under [tool.{TOOL_TABLE}] in {PYPROJECT} (none found from {Path.cwd()} up)"
+            f"no {key} set: pass --{key}, set {env}=module:attribute, or add {key} = \"module:attribute\" "
+            f"under [tool.{TOOL_TABLE}] in {PYPROJECT} ({found})"
         )
     root = str(setting.pyproject.parent)
     if root not in sys.path:
