@@ -1,10 +1,13 @@
 """What every worker function runs: the code asset, the runtime and the Powertools layer.
 
-The asset is ``functions/`` plus ``shared/conveyor/`` copied side by side, so the handler
-``functions.worker.handler`` imports ``conveyor`` exactly as it does in tests, plus the few
-third-party distributions neither the runtime nor the Powertools layer has
-(``BUNDLED_DISTRIBUTIONS``), copied from this interpreter's site-packages. Bundling is a
-local copy (no Docker, no pip, no network); the asset hash is computed from the same files
+The asset holds only what runs in Lambda: all of ``functions/`` (entry points, jobs, providers,
+topology) and, of the library, ``conveyor/__init__.py`` with the sides a worker or relay
+imports (``LAMBDA_LIBRARY``), side by side so ``functions.worker.handler`` imports ``conveyor``
+exactly as it does in tests. The operator, CLI and local-runtime sides, scenarios, infra and
+tests stay out: Lambda never runs them, and .importlinter keeps the shipped code from importing
+them. Beside it go the few third-party distributions neither the runtime nor the Powertools
+layer has (``BUNDLED_DISTRIBUTIONS``), copied from this interpreter's site-packages. Bundling
+is a local copy (no Docker, no pip, no network); the asset hash is computed from the same files
 that are copied, so any change to the shipped code or a bundled version, and only such a
 change, produces a new asset.
 """
@@ -25,8 +28,15 @@ from conveyor.contract.errors import DeclarationError
 from conveyor.contract.loader import TOPOLOGY_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
-# Asset folder name -> source folder.
-SOURCES = {"functions": ROOT / "functions", "conveyor": ROOT / "shared" / "conveyor"}
+LIBRARY = ROOT / "shared" / "conveyor"
+# What of the library runs in Lambda: the package's __init__ (it imports contract and sdk only)
+# and the sides .importlinter's lambda-code-stays-in-lambda contract keeps off ops, cli and local.
+LAMBDA_LIBRARY = ("__init__.py", "contract", "sdk", "worker")
+# Path inside the asset -> source file or folder.
+SOURCES = {
+    "functions": ROOT / "functions",
+    **{f"conveyor/{part}": LIBRARY / part for part in LAMBDA_LIBRARY},
+}
 IGNORED_PARTS = {"__pycache__", ".mypy_cache", ".pytest_cache"}
 
 # Third-party distributions the workers import that the Lambda runtime (boto3, botocore and
@@ -52,6 +62,12 @@ POWERTOOLS_ACCOUNT = "017000801446"
 def _asset_files() -> Iterator[tuple[str, Path]]:
     """(path inside the asset, path on disk) for every file that ships, in a stable order."""
     for target, source in SOURCES.items():
+        if source.is_file():
+            yield target, source
+            continue
+        if not source.is_dir():
+            # A renamed side would otherwise ship an asset that fails only at its first import.
+            raise DeclarationError(f"worker bundle: {source} does not exist")
         for path in sorted(source.rglob("*")):
             relative = path.relative_to(source)
             if path.is_file() and not IGNORED_PARTS.intersection(relative.parts) and path.suffix != ".pyc":

@@ -25,8 +25,9 @@ from infra.job_queue import (
     LEASE_ACTIONS,
     SCHEDULE_RUN_ACTIONS,
 )
-from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME
+from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME, _asset_files
 from tests.infra.conftest import TOPOLOGY_SPEC, Synthesized, as_list
+from tests.infra.test_worker_package import EXPECTED_IN_ASSET, not_for_lambda
 
 QUEUE_NAMES = [queue.name for queue in TOPOLOGY.queues]
 ONE_MONTH_DAYS = 30
@@ -382,9 +383,10 @@ def test_outputs_let_tools_find_each_queue(synthesized: Synthesized, name: str) 
     assert synthesized.resources[mapping_output["Ref"]]["Type"] == "AWS::Lambda::EventSourceMapping"
 
 
-def test_worker_asset_ships_the_handlers_and_the_library(synthesized: Synthesized) -> None:
+def test_worker_asset_ships_only_what_runs_in_lambda(synthesized: Synthesized) -> None:
+    """The asset synth wrote is the one _asset_files lists: the handlers and the library's Lambda sides only."""
     (asset_dir,) = [path for path in synthesized.outdir.iterdir() if path.name.startswith("asset.")]
     shipped = {path.relative_to(asset_dir).as_posix() for path in asset_dir.rglob("*") if path.is_file()}
-    assert {"functions/worker.py", "functions/topology.py", "conveyor/contract/declarations.py"} <= shipped
-    assert not [path for path in shipped if "__pycache__" in path or path.endswith(".pyc")]
-    assert not [path for path in shipped if path.startswith(("infra/", "tests/"))]
+    assert not_for_lambda(shipped) == []
+    assert sorted(EXPECTED_IN_ASSET - shipped) == []
+    assert shipped == {name for name, _ in _asset_files()}

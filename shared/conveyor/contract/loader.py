@@ -71,7 +71,7 @@ def resolve(key: str, spec: str | None, env: str) -> str:
     if setting is None:
         found = f"{pyproject} sets none" if pyproject else f"no {PYPROJECT} from {Path.cwd()} up"
         raise DeclarationError(
-            f"no {key} set: pass --{key}, set {env}=module:attribute, or add {key} = \"module:attribute\" "
+            f'no {key} set: pass --{key}, set {env}=module:attribute, or add {key} = "module:attribute" '
             f"under [tool.{TOOL_TABLE}] in {PYPROJECT} ({found})"
         )
     root = str(setting.pyproject.parent)
