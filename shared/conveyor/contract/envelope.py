@@ -28,6 +28,11 @@ class Correlation(BaseModel):
 
 
 class Envelope(BaseModel):
+    """The JSON body of every job message: type and version, id, dedupe key, creation time, correlation, data.
+
+    Unknown top-level fields are ignored, so a newer producer's extra field never poisons a message.
+    """
+
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     type: str = Field(min_length=1)

@@ -4,6 +4,8 @@ from enum import StrEnum
 
 
 class Reason(StrEnum):
+    """A dead letter's (or a retry's) reason code, carried as the ``conveyor.reason`` attribute."""
+
     INVALID_JSON = "invalid_json"
     INVALID_ENVELOPE = "invalid_envelope"
     UNKNOWN_TYPE = "unknown_type"

@@ -37,6 +37,7 @@ def envelope_schema(topology: Topology) -> dict[str, Any]:
             }
         )
     schema.pop("title", None)
+    schema.pop("description", None)  # the model's docstring: the document says it its own way below
     return {
         "$schema": SCHEMA_DIALECT,
         "title": "Conveyor job envelope",

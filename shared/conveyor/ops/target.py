@@ -55,6 +55,8 @@ class Clients:
 
 @dataclass
 class Target:
+    """Where operator commands act: the queues' URLs, the tables and the event sources, in AWS or locally."""
+
     kind: str
     queues: dict[str, QueueTarget]
     audit_table: str
@@ -161,6 +163,7 @@ def stack_target(topology: Topology, clients: Clients, stack_name: str) -> Targe
 
 
 def find_target(topology: Topology, stack_name: str | None) -> Target:
+    """The local runtime's resources when AWS_ENDPOINT_URL is set, else the deployed stack's, by its outputs."""
     clients = Clients()
     if is_local():
         return local_target(topology, clients)

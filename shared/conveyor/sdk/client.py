@@ -150,10 +150,10 @@ class JobClient:
         *,
         correlation: Correlation | None = None,
     ) -> list[str]:
-        """Commit ``writes`` (TransactWriteItems actions on any table) and ``conveyor`` in one transaction.
+        """Commit ``writes`` (TransactWriteItems actions on any table) and ``jobs`` in one transaction.
 
         Each job is an outbox item that the relay sends on, so a job exists if and only if the
-        writes committed. Ids come back in the order of ``conveyor``; docs/outbox.md has the limits
+        writes committed. Ids come back in the order of ``jobs``; docs/outbox.md has the limits
         and the errors.
         """
         correlation = correlation or current_correlation()

@@ -14,6 +14,7 @@ _current: ContextVar[Correlation] = ContextVar("conveyor_correlation", default=C
 
 
 def current_correlation() -> Correlation:
+    """The correlation jobs enqueued here will carry: the innermost ``correlated`` block's, else empty."""
     return _current.get()
 
 

@@ -1,0 +1,1 @@
+"""Developer scripts run by Makefile targets; not part of the shipped library."""
