@@ -1,6 +1,6 @@
 """Moto-backed AWS for in-process tests, provisioned by the local runtime's own provisioner."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,12 @@ class Aws:
         return messages
 
 
+FunctionEnvironment = Callable[[Aws], Mapping[str, str]]
+"""The environment variables a deployed function is given, read off what was provisioned (tests/conftest.py)."""
+
+
 def moto_aws(topology: Topology) -> Iterator[Aws]:
+    """Moto with ``topology`` provisioned while the generator is open: the ``aws`` fixture, and a second topology's."""
     with mock_aws():
         sqs = boto3.client("sqs")
         dynamodb = boto3.client("dynamodb")

@@ -1,11 +1,23 @@
-"""Session-wide test settings: no real AWS is ever reachable from the test suite, and moto is strict."""
+"""Session-wide test settings: no real AWS is ever reachable from the test suite, and moto is strict.
+
+Also the in-process AWS of unit and infra tests: ``aws`` is moto with a topology provisioned by
+the local runtime's own provisioner, fresh for each test. A test module changes what it gets by
+overriding one of the small fixtures it depends on: ``topology`` (what is provisioned) and
+``function_environment`` (the environment a deployed function would be given). ``empty_aws`` is
+moto with nothing provisioned. (tests/e2e/conftest.py overrides ``aws`` and ``topology`` with a
+moto server of its own.)
+"""
 
 import os
 from collections.abc import Iterator
 
 import pytest
+from moto import mock_aws
 
+from conveyor.contract.topology import Topology
 from conveyor.local import moto_concurrency, strict
+from functions.topology import TOPOLOGY
+from tests.aws import Aws, FunctionEnvironment, moto_aws
 
 # Fake credentials and a fixed region for moto; no call may leave the machine.
 os.environ.update(
@@ -38,3 +50,32 @@ def nothing_refused(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.node.get_closest_marker("provokes_refusals") is None:
         refused = strict.refused()[before:]
         assert not refused, f"strict mode refused {len(refused)} request(s) AWS would refuse: {refused[:3]}"
+
+
+@pytest.fixture
+def topology() -> Topology:
+    """What ``aws`` provisions: the project's own topology, unless the test module overrides this fixture."""
+    return TOPOLOGY
+
+
+@pytest.fixture
+def function_environment() -> FunctionEnvironment:
+    """The environment ``aws`` sets once provisioned: none, unless the test module overrides this fixture."""
+    return lambda aws: {}
+
+
+@pytest.fixture
+def aws(topology: Topology, function_environment: FunctionEnvironment) -> Iterator[Aws]:
+    """In-process moto with ``topology`` provisioned, and ``function_environment`` set until the test ends."""
+    with pytest.MonkeyPatch.context() as environment:
+        for provisioned in moto_aws(topology):
+            for name, value in function_environment(provisioned).items():
+                environment.setenv(name, value)
+            yield provisioned
+
+
+@pytest.fixture
+def empty_aws() -> Iterator[None]:
+    """In-process moto with nothing provisioned, for tests that create (or look for) every resource themselves."""
+    with mock_aws():
+        yield

@@ -1,7 +1,6 @@
 """One source of truth: what the local runtime provisions equals what the stack deploys."""
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,18 +10,13 @@ from conveyor.contract.relay_settings import OUTBOX_SOURCE
 from conveyor.local.provision import event_source_settings, relay_dlq_attributes
 from conveyor.worker import checkpoints
 from functions.topology import TOPOLOGY
-from tests.aws import Aws, moto_aws
+from tests.aws import Aws
 from tests.fixtures.stream_topology import ORDERS
 from tests.infra.conftest import Synthesized
 
 QUEUE_NAMES = [queue.name for queue in TOPOLOGY.queues]
 # Attributes the stack sets explicitly; SQS defaults the rest the same way in both places.
 COMPARED = ("QueueName", "MessageRetentionPeriod", "VisibilityTimeout", "SqsManagedSseEnabled", "FifoQueue")
-
-
-@pytest.fixture(scope="module")
-def aws() -> Iterator[Aws]:
-    yield from moto_aws(TOPOLOGY)
 
 
 def _provisioned(aws: Aws, url: str) -> dict[str, Any]:

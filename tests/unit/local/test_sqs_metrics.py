@@ -1,23 +1,14 @@
 """The embedded AWS publishes SQS's oldest-message age, and `conveyor status` reads it back."""
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import boto3
-import pytest
-from moto import mock_aws
 
 from conveyor.local.sqs_metrics import SqsMetricsPublisher
 from conveyor.ops.status import oldest_age_s
 
 
-@pytest.fixture
-def aws() -> Iterator[None]:
-    with mock_aws():
-        yield
-
-
-def test_oldest_age_is_published_per_queue_and_read_back(aws: None) -> None:
+def test_oldest_age_is_published_per_queue_and_read_back(empty_aws: None) -> None:
     sqs, cloudwatch = boto3.client("sqs"), boto3.client("cloudwatch")
     busy = sqs.create_queue(QueueName="busy")["QueueUrl"]
     idle = sqs.create_queue(QueueName="idle")["QueueUrl"]
@@ -33,6 +24,6 @@ def test_oldest_age_is_published_per_queue_and_read_back(aws: None) -> None:
     assert oldest_age_s(cloudwatch, idle, now=later + timedelta(seconds=1)) == 0.0
 
 
-def test_no_datapoint_reads_as_unknown(aws: None) -> None:
+def test_no_datapoint_reads_as_unknown(empty_aws: None) -> None:
     url = boto3.client("sqs").create_queue(QueueName="unpublished")["QueueUrl"]
     assert oldest_age_s(boto3.client("cloudwatch"), url) is None

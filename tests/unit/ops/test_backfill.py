@@ -3,7 +3,6 @@
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,17 +24,12 @@ from conveyor.ops.backfill import (
 from conveyor.sdk.client import JobClient
 from functions.jobs.send_welcome_email import send_welcome_email
 from functions.topology import TOPOLOGY
-from tests.aws import Aws, moto_aws
+from tests.aws import Aws
 from tests.fixtures.small_topology import Ping
 from tests.unit.cli.test_cli import run
 from tests.unit.ops.test_rate import FakeClock
 
 WELCOME = send_welcome_email.name
-
-
-@pytest.fixture
-def aws() -> Iterator[Aws]:
-    yield from moto_aws(TOPOLOGY)
 
 
 def welcome_lines(count: int, *, first: int = 1) -> list[str]:

@@ -1,11 +1,9 @@
 """Finding the resources `conveyor` operates: the stack's outputs in AWS, fixed names on a local endpoint."""
 
 import json
-from collections.abc import Iterator
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from conveyor.contract import outputs
 from conveyor.local.provision import provision
@@ -26,12 +24,6 @@ OUTPUTS = {
 }
 
 
-@pytest.fixture
-def aws() -> Iterator[None]:
-    with mock_aws():
-        yield
-
-
 def _deploy(stack_outputs: dict[str, str]) -> None:
     template = {
         "Resources": {"Anything": {"Type": "AWS::SQS::Queue"}},
@@ -40,7 +32,7 @@ def _deploy(stack_outputs: dict[str, str]) -> None:
     boto3.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
 
 
-def test_stack_outputs_name_every_resource(aws: None) -> None:
+def test_stack_outputs_name_every_resource(empty_aws: None) -> None:
     _deploy(OUTPUTS)
     target = stack_target(TOPOLOGY, Clients(), STACK)
     only = target.queue("only")
@@ -53,7 +45,7 @@ def test_stack_outputs_name_every_resource(aws: None) -> None:
     assert isinstance(target.event_sources, LambdaEventSources)
 
 
-def test_missing_stack_and_missing_output_say_which(aws: None) -> None:
+def test_missing_stack_and_missing_output_say_which(empty_aws: None) -> None:
     with pytest.raises(TargetNotFoundError, match=f"stack '{STACK}' not found"):
         stack_target(TOPOLOGY, Clients(), STACK)
     _deploy({key: value for key, value in OUTPUTS.items() if key != outputs.OPS_AUDIT_TABLE})
@@ -61,7 +53,7 @@ def test_missing_stack_and_missing_output_say_which(aws: None) -> None:
         stack_target(TOPOLOGY, Clients(), STACK)
 
 
-def test_local_target_finds_what_the_local_runtime_provisioned(aws: None) -> None:
+def test_local_target_finds_what_the_local_runtime_provisioned(empty_aws: None) -> None:
     with pytest.raises(TargetNotFoundError, match="is `conveyor local up` running"):
         local_target(TOPOLOGY, Clients())
     provisioned = provision(TOPOLOGY, sqs=boto3.client("sqs"), dynamodb=boto3.client("dynamodb"))

@@ -2,7 +2,6 @@
 
 import json
 import random
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,12 +18,7 @@ from functions.jobs.charge_order import ChargeOrder, charge_order
 from functions.jobs.deliver_webhook import deliver_webhook
 from functions.jobs.send_welcome_email import send_welcome_email
 from functions.topology import TOPOLOGY
-from tests.aws import Aws, moto_aws
-
-
-@pytest.fixture
-def aws() -> Iterator[Aws]:
-    yield from moto_aws(TOPOLOGY)
+from tests.aws import Aws
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """JobClient.from_schema: a producer outside the project enqueues from the committed JSON Schema alone."""
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +14,10 @@ from conveyor.sdk.client import JobClient
 from conveyor.sdk.schema_catalog import SchemaCatalog
 from functions.jobs.send_welcome_email import send_welcome_email
 from functions.topology import TOPOLOGY
-from tests.aws import Aws, moto_aws
+from tests.aws import Aws
 from tests.fixtures.outbox_topology import TOPOLOGY as FIFO_TOPOLOGY
 
 SCHEMA_FILE = Path(__file__).resolve().parents[3] / "docs" / "schema" / "envelope.schema.json"
-
-
-@pytest.fixture
-def aws() -> Iterator[Aws]:
-    yield from moto_aws(TOPOLOGY)
 
 
 def test_a_producer_enqueues_by_name_and_dict_from_the_committed_schema(aws: Aws) -> None:

@@ -4,7 +4,7 @@ Misuse (over a limit, two actions on one item, a delay, a malformed action) fail
 TransactWriteItems call; a cancellation names the write or job whose condition failed.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -14,20 +14,21 @@ from botocore.stub import Stubber
 from conveyor.contract import limits
 from conveyor.contract.envelope import Correlation, parse_envelope
 from conveyor.contract.errors import EnqueueError, InvalidJobError, TransactionCanceledError, TransactionConditionError
+from conveyor.contract.topology import Topology
 from conveyor.sdk import outbox
 from conveyor.sdk.client import JobClient
 from conveyor.sdk.correlation import correlated
 from conveyor.sdk.prepare import JobRequest
 from functions.jobs.charge_order import ChargeOrder, charge_order
-from tests.aws import Aws, moto_aws
+from tests.aws import Aws
 from tests.fixtures.outbox_topology import TOPOLOGY, LedgerEntry, attach_receipt, post_ledger
 
 Write = dict[str, Any]
 
 
 @pytest.fixture
-def aws() -> Iterator[Aws]:
-    yield from moto_aws(TOPOLOGY)
+def topology() -> Topology:
+    return TOPOLOGY
 
 
 @pytest.fixture

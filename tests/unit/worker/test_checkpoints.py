@@ -125,8 +125,8 @@ def history() -> Iterator[None]:
 
 
 @pytest.fixture
-def aws() -> Iterator[Aws]:
-    yield from moto_aws(TEST_TOPOLOGY)
+def topology() -> Topology:
+    return TEST_TOPOLOGY
 
 
 def driver(aws: Aws, queue: str) -> QueueDriver:

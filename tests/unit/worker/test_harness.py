@@ -166,8 +166,8 @@ def runs() -> Iterator[list[tuple[str, int]]]:
 
 
 @pytest.fixture
-def aws() -> Iterator[Aws]:
-    yield from moto_aws(TEST_TOPOLOGY)
+def topology() -> Topology:
+    return TEST_TOPOLOGY
 
 
 @pytest.fixture

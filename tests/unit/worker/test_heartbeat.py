@@ -28,7 +28,7 @@ from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
 from conveyor.contract.topology import Topology
 from conveyor.worker.heartbeat import BEATS_PER_LEASE, Heartbeat, lease_for, visibility_for
-from tests.aws import Aws, moto_aws
+from tests.aws import Aws
 from tests.harness_support import DEFAULT_SEED, QueueDriver, envelope
 
 QUEUE = "slow"
@@ -104,8 +104,8 @@ def history() -> Iterator[None]:
 
 
 @pytest.fixture
-def aws() -> Iterator[Aws]:
-    yield from moto_aws(TEST_TOPOLOGY)
+def topology() -> Topology:
+    return TEST_TOPOLOGY
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,12 +13,13 @@ from conveyor.contract.envelope import Correlation, parse_envelope
 from conveyor.contract.errors import DeclarationError
 from conveyor.contract.reasons import Reason
 from conveyor.contract.relay_settings import OUTBOX_SOURCE
+from conveyor.contract.topology import Topology
 from conveyor.sdk import outbox
 from conveyor.sdk.catalog import TopologyCatalog
 from conveyor.sdk.outbox import OutboxEntry
 from conveyor.sdk.prepare import JobRequest, prepare
 from conveyor.worker.relay import RELAY_SOURCE, SEQUENCE_NUMBER, Relay, stream_job_id
-from tests.aws import Aws, moto_aws
+from tests.aws import Aws
 from tests.events import REGION
 from tests.fixtures.relay_topology import (
     CHARGE_NEW_ORDERS,
@@ -36,8 +37,8 @@ _event_ids = itertools.count(1)
 
 
 @pytest.fixture
-def aws() -> Iterator[Aws]:
-    yield from moto_aws(TOPOLOGY)
+def topology() -> Topology:
+    return TOPOLOGY
 
 
 # --- event factories, shaped like a real DynamoDB Streams event (a NEW_IMAGE stream) -------------------------

@@ -1,24 +1,26 @@
 """The relay's Lambda entry point: settings from the environment, sequence numbers of failures out."""
 
-from collections.abc import Iterator
-
 import pytest
 
 from conveyor.contract.errors import DeclarationError
 from conveyor.contract.relay_settings import OUTBOX_SOURCE
+from conveyor.contract.topology import Topology
 from conveyor.worker.relay import make_relay_handler
-from tests.aws import Aws, moto_aws
+from tests.aws import Aws, FunctionEnvironment
 from tests.fixtures.relay_topology import STANDARD, TOPOLOGY
 from tests.lambda_context import lambda_context
 from tests.unit.worker.test_relay import NO_FAILURES, charge_envelope, outbox_item, outbox_record, stream_event
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
-    for aws in moto_aws(TOPOLOGY):
-        for name, value in aws.provisioned.relay_settings(OUTBOX_SOURCE).to_environment().items():
-            monkeypatch.setenv(name, value)
-        yield aws
+def topology() -> Topology:
+    return TOPOLOGY
+
+
+@pytest.fixture
+def function_environment() -> FunctionEnvironment:
+    """The outbox relay's environment, as its function is deployed with."""
+    return lambda aws: aws.provisioned.relay_settings(OUTBOX_SOURCE).to_environment()
 
 
 def test_lambda_handler_relays_the_batch(aws: Aws) -> None:

@@ -15,10 +15,11 @@ import pytest
 from conveyor.contract.reasons import Reason
 from conveyor.contract.schedule_inputs import Occurrence, render_catch_up, render_input, schedule_input
 from conveyor.contract.schedules import MissedReason, Schedule
+from conveyor.contract.topology import Topology
 from conveyor.worker import missed_runs
 from conveyor.worker.outcomes import Kind
 from conveyor.worker.schedule_runs import CAUGHT_UP, RunStatus, ScheduleRuns, occurrence_job_id
-from tests.aws import Aws, moto_aws
+from tests.aws import Aws
 from tests.fixtures.schedule_runs_topology import (
     CATCHING_UP,
     FAILING,
@@ -51,8 +52,8 @@ def runs() -> Iterator[list[str]]:
 
 
 @pytest.fixture
-def aws() -> Iterator[Aws]:
-    yield from moto_aws(TOPOLOGY)
+def topology() -> Topology:
+    return TOPOLOGY
 
 
 @pytest.fixture

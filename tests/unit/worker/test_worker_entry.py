@@ -2,7 +2,6 @@
 
 import importlib
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -12,17 +11,15 @@ from conveyor.local.event_source import to_lambda_record
 from conveyor.worker.handler import make_handler
 from functions.providers.effects import EffectsLedger
 from functions.topology import TOPOLOGY
-from tests.aws import Aws, moto_aws
+from tests.aws import Aws, FunctionEnvironment
 from tests.events import sqs_event, sqs_record
 from tests.lambda_context import lambda_context
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
-    for aws in moto_aws(TOPOLOGY):
-        for name, value in aws.settings("default").to_environment().items():
-            monkeypatch.setenv(name, value)
-        yield aws
+def function_environment() -> FunctionEnvironment:
+    """The default queue's worker's environment, as its function is deployed with."""
+    return lambda aws: aws.settings("default").to_environment()
 
 
 def test_lambda_handler_runs_the_batch_and_reports_only_failures(aws: Aws) -> None:

@@ -1,0 +1,430 @@
+"""Dependencies say what each side needs, pinned once, in pyproject.toml, and the rest agrees.
+
+pyproject.toml's [project] dependencies are the runtime (the worker and the producer SDK); its
+extras are what the other sides add (cli, local, cdk, dev). Every entry is pinned exactly and a
+distribution has one pin; requirements.txt and requirements-dev.txt install the project with
+extras and pin nothing that disagrees. Each side's third-party imports are installed by that
+side's extras, every declared distribution is used by the side that declares it, and the
+Powertools pin is the release the layer version in cdk.json packages.
+"""
+
+import ast
+import importlib.metadata
+import json
+import re
+import sys
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = "conveyor"
+RUNTIME = "dependencies"
+REQUIREMENTS_FILES = ("requirements.txt", "requirements-dev.txt")
+
+# The aws-lambda-powertools release each version of the public Powertools layer packages, for the
+# layer the worker runs with (infra/worker_package.py: POWERTOOLS_LAYER_NAME). AWS publishes the
+# pairing as the public SSM parameter /aws/service/powertools/python/arm64/python3.14/<release>,
+# whose value is that release's layer version ARN. A new layer version in cdk.json needs its row
+# here, and the aws-lambda-powertools pin in pyproject.toml moves with it.
+POWERTOOLS_LAYER_RELEASES: dict[tuple[str, int], str] = {
+    ("AWSLambdaPowertoolsPythonV3-python314-arm64", 36): "3.31.1",
+}
+POWERTOOLS = "aws-lambda-powertools"
+
+# Where each group of dependencies is used: the code that group is installed for. The runtime
+# group is what Lambda and a producer get; scenarios run in the local demo; tests in `make test`.
+SIDES: dict[str, tuple[str, ...]] = {
+    RUNTIME: (
+        "shared/conveyor/__init__.py",
+        "shared/conveyor/contract",
+        "shared/conveyor/sdk",
+        "shared/conveyor/worker",
+        "shared/conveyor/ops",
+        "functions",
+    ),
+    "cli": ("shared/conveyor/cli",),
+    "local": ("shared/conveyor/local", "scenarios"),
+    "cdk": ("infra", "app.py"),
+    "dev": ("tests",),
+}
+# Declared, and used without being imported.
+NOT_IMPORTED = {"tzdata": "zoneinfo reads its time zone data where the system has none"}
+
+_REQUIREMENT = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[(?P<extras>[^\]]*)\])?\s*(?:==\s*(?P<version>[^\s;,]+))?$"
+)
+_PROJECT_ITSELF = re.compile(r"^(?:-e\s+|--editable\s+)?\.(?:\[(?P<extras>[^\]]*)\])?$")
+_EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+
+
+def normalize(name: str) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _extras(text: str | None) -> frozenset[str]:
+    return frozenset(normalize(extra) for extra in (text or "").split(",") if extra.strip())
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One requirement of pyproject.toml: ``name[extras]==version`` (no version: not pinned)."""
+
+    name: str
+    extras: frozenset[str]
+    version: str | None
+    group: str
+    text: str
+
+    @property
+    def is_project(self) -> bool:
+        return self.name == PROJECT
+
+
+def parse_pins(project: Mapping[str, Any]) -> tuple[list[Pin], list[str]]:
+    """The requirements of a [project] table, by group, and the entries not in the one allowed form."""
+    groups: dict[str, list[str]] = {RUNTIME: list(project.get(RUNTIME, []))}
+    groups.update(
+        {normalize(extra): list(entries) for extra, entries in project.get("optional-dependencies", {}).items()}
+    )
+    pins: list[Pin] = []
+    problems: list[str] = []
+    for group, entries in groups.items():
+        for text in entries:
+            match = _REQUIREMENT.match(text.strip())
+            if match is None:
+                problems.append(f"{group}: {text!r} is not name[extras]==version")
+                continue
+            pins.append(Pin(normalize(match["name"]), _extras(match["extras"]), match["version"], group, text.strip()))
+    return pins, problems
+
+
+def pin_problems(pins: Iterable[Pin]) -> list[str]:
+    """Entries not pinned exactly, the project naming an extra it lacks, and a distribution with two pins."""
+    pins = list(pins)
+    groups = {pin.group for pin in pins} | {RUNTIME}
+    problems: list[str] = []
+    first: dict[str, Pin] = {}
+    for pin in pins:
+        if pin.is_project:
+            problems.extend(
+                f"{pin.group}: {pin.text!r} names extra {extra!r}, which pyproject.toml does not declare"
+                for extra in sorted(pin.extras - groups)
+            )
+            if pin.version is not None:
+                problems.append(f"{pin.group}: {pin.text!r} pins the project itself")
+            continue
+        if pin.version is None:
+            problems.append(f"{pin.group}: {pin.name} is not pinned with == ({pin.text!r})")
+            continue
+        seen = first.setdefault(pin.name, pin)
+        if seen.version != pin.version:
+            problems.append(
+                f"{pin.name} is pinned twice: =={seen.version} in {seen.group}, =={pin.version} in {pin.group}"
+            )
+    return problems
+
+
+def installed_groups(pins: Iterable[Pin], extras: Iterable[str]) -> set[str]:
+    """The groups installing the project with ``extras`` brings: the runtime, the extras, and theirs."""
+    pins = list(pins)
+    groups = {RUNTIME}
+    pending = [normalize(extra) for extra in extras]
+    while pending:
+        group = pending.pop()
+        if group in groups:
+            continue
+        groups.add(group)
+        pending.extend(extra for pin in pins if pin.group == group and pin.is_project for extra in pin.extras)
+    return groups
+
+
+def installed_pins(pins: Iterable[Pin], extras: Iterable[str]) -> dict[str, Pin]:
+    """The third-party pins installing the project with ``extras`` brings, by distribution."""
+    pins = list(pins)
+    groups = installed_groups(pins, extras)
+    return {pin.name: pin for pin in pins if pin.group in groups and not pin.is_project}
+
+
+def requirements_drift(pins: Iterable[Pin], files: Mapping[str, str], start: str) -> tuple[list[str], set[str]]:
+    """Where requirement file ``start`` (and what it includes, from ``files``) disagrees with the pins.
+
+    Returns the disagreements, each naming the package, and the extras the file installs the
+    project with. A file may install the project (``-e .[extras]``), include another file
+    (``-r``), or name a distribution exactly as pyproject.toml pins it; nothing else.
+    """
+    pins = list(pins)
+    known = {pin.group for pin in pins} - {RUNTIME}
+    by_name = {pin.name: pin for pin in pins if not pin.is_project and pin.version is not None}
+    problems: list[str] = []
+    extras: set[str] = set()
+    visiting: list[str] = []
+
+    def read(name: str) -> None:
+        if name in visiting:
+            problems.append(f"{name}: included again by {visiting[-1]}")
+            return
+        if name not in files:
+            problems.append(f"{visiting[-1] if visiting else name}: includes {name}, which does not exist")
+            return
+        visiting.append(name)
+        for raw in files[name].splitlines():
+            line = raw.split(" #", 1)[0].strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith(("-r ", "--requirement ")):
+                read(line.split(None, 1)[1])
+            elif (project := _PROJECT_ITSELF.match(line)) is not None:
+                named = _extras(project["extras"])
+                problems.extend(
+                    f"{name}: installs the project with extra {extra!r}, which pyproject.toml does not declare"
+                    for extra in sorted(named - known)
+                )
+                extras.update(named & known)
+            elif (requirement := _REQUIREMENT.match(line)) is not None:
+                package, version = normalize(requirement["name"]), requirement["version"]
+                pinned = by_name.get(package)
+                if pinned is None:
+                    problems.append(f"{name}: {package} is not in pyproject.toml; add it there ({line!r})")
+                elif version != pinned.version:
+                    problems.append(
+                        f"{name}: {package} is {line!r} but pyproject.toml pins {package}=={pinned.version}"
+                    )
+            else:
+                problems.append(f"{name}: {line!r} is neither the project, an include, nor an exact pin")
+        visiting.pop()
+
+    read(start)
+    return problems, extras
+
+
+def powertools_mismatch(layer: str, layer_version: int, pin: str | None) -> str | None:
+    """Why the aws-lambda-powertools pin is not the release of the layer the worker runs with, if it is not."""
+    release = POWERTOOLS_LAYER_RELEASES.get((layer, layer_version))
+    if release is None:
+        return (
+            f"cdk.json pins layer {layer}:{layer_version}, whose aws-lambda-powertools release "
+            "POWERTOOLS_LAYER_RELEASES does not know: look it up (the public SSM parameter "
+            "/aws/service/powertools/python/<arch>/<python>/<release> names each release's layer) and add it"
+        )
+    if pin != release:
+        return (
+            f"pyproject.toml pins {POWERTOOLS}=={pin} but layer {layer}:{layer_version} (cdk.json) "
+            f"packages {release}: the worker would run with another release than tests and producers"
+        )
+    return None
+
+
+def _project() -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return project
+
+
+def _pins() -> list[Pin]:
+    pins, problems = parse_pins(_project())
+    assert not problems, problems
+    return pins
+
+
+def _requirement_files() -> dict[str, str]:
+    return {name: (ROOT / name).read_text() for name in REQUIREMENTS_FILES}
+
+
+def _module_constant(path: Path, name: str) -> Any:
+    """A module-level constant's literal value, read without importing the module."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.relative_to(ROOT)} assigns no {name}")
+
+
+def _python_files(paths: Iterable[str]) -> Iterator[Path]:
+    for relative in paths:
+        path = ROOT / relative
+        yield from [path] if path.is_file() else sorted(path.rglob("*.py"))
+
+
+def _first_party(module: str) -> bool:
+    """The library, or a top-level package or module of the repository (functions, infra, tests, ...)."""
+    return module == PROJECT or (ROOT / module).is_dir() or (ROOT / f"{module}.py").is_file()
+
+
+def _commands(distribution: str) -> set[str]:
+    """The commands a distribution installs: its console scripts, and executables it puts in bin/."""
+    found = importlib.metadata.distribution(distribution)
+    scripts = {entry.name for entry in found.entry_points if entry.group == "console_scripts"}
+    return scripts | {file.name for file in found.files or [] if file.parent.name == "bin"}
+
+
+def third_party_imports(paths: Iterable[str]) -> dict[str, str]:
+    """Top-level modules the code under ``paths`` imports, neither stdlib nor the project's, with a file each."""
+    imported: dict[str, str] = {}
+    for path in _python_files(paths):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.partition(".")[0]
+                if top not in sys.stdlib_module_names and not _first_party(top):
+                    imported.setdefault(top, str(path.relative_to(ROOT)))
+    return imported
+
+
+def _requirements_of(distribution: str, extras: frozenset[str]) -> set[str]:
+    """The distributions an installed distribution requires, with ``extras``."""
+    names: set[str] = set()
+    for requirement in importlib.metadata.requires(distribution) or []:
+        requirement_extras = {normalize(extra) for extra in _EXTRA_MARKER.findall(requirement)}
+        if not requirement_extras or requirement_extras & extras:
+            match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+            assert match is not None, requirement
+            names.add(normalize(match[0]))
+    return names
+
+
+# --- the checks, shown to fail on a drifting input -------------------------------------------
+
+
+def _pins_of(project: Mapping[str, Any]) -> list[Pin]:
+    pins, problems = parse_pins(project)
+    assert not problems, problems
+    return pins
+
+
+SAMPLE = {
+    RUNTIME: ["boto3==1.44.5"],
+    "optional-dependencies": {"cli": ["click==8.5.1"], "dev": ["conveyor[cli]", "pytest==9.2.0"]},
+}
+
+
+def test_a_requirements_file_pinning_another_version_is_named() -> None:
+    problems, _ = requirements_drift(
+        _pins_of(SAMPLE), {"requirements.txt": "-e .[cli]\nboto3==1.40.0\n"}, "requirements.txt"
+    )
+
+    assert problems == ["requirements.txt: boto3 is 'boto3==1.40.0' but pyproject.toml pins boto3==1.44.5"]
+
+
+def test_a_requirements_file_naming_a_package_pyproject_lacks_is_named() -> None:
+    files = {"requirements-dev.txt": "-r requirements.txt\n-e .[dev,docs]\n", "requirements.txt": "moto==5.2.5\n"}
+
+    problems, extras = requirements_drift(_pins_of(SAMPLE), files, "requirements-dev.txt")
+
+    assert problems == [
+        "requirements.txt: moto is not in pyproject.toml; add it there ('moto==5.2.5')",
+        "requirements-dev.txt: installs the project with extra 'docs', which pyproject.toml does not declare",
+    ]
+    assert extras == {"dev"}
+
+
+def test_an_unpinned_or_twice_pinned_dependency_is_named() -> None:
+    project = {RUNTIME: ["boto3>=1.40"], "optional-dependencies": {"cli": ["click==8.5.1"], "dev": ["click==8.4.0"]}}
+
+    pins, problems = parse_pins(project)
+
+    assert problems == ["dependencies: 'boto3>=1.40' is not name[extras]==version"]
+    assert pin_problems(pins) == ["click is pinned twice: ==8.5.1 in cli, ==8.4.0 in dev"]
+    assert pin_problems([Pin("boto3", frozenset(), None, RUNTIME, "boto3")]) == [
+        "dependencies: boto3 is not pinned with == ('boto3')"
+    ]
+
+
+def test_a_powertools_pin_other_than_the_layers_release_is_named() -> None:
+    ((layer, version), release) = next(iter(POWERTOOLS_LAYER_RELEASES.items()))
+
+    assert powertools_mismatch(layer, version, release) is None
+    assert f"{POWERTOOLS}==0.0.1" in (powertools_mismatch(layer, version, "0.0.1") or "")
+    assert "does not know" in (powertools_mismatch(layer, version + 1000, release) or "")
+
+
+# --- the project's own files ------------------------------------------------------------------
+
+
+def test_every_dependency_is_pinned_exactly_once() -> None:
+    pins, problems = parse_pins(_project())
+
+    assert problems + pin_problems(pins) == []
+
+
+@pytest.mark.parametrize("name", REQUIREMENTS_FILES)
+def test_requirements_files_agree_with_pyproject(name: str) -> None:
+    problems, extras = requirements_drift(_pins(), _requirement_files(), name)
+
+    assert problems == []
+    assert extras, f"{name} does not install the project (-e .[extras])"
+
+
+def test_requirements_dev_installs_every_pin() -> None:
+    """`make test` installs requirements-dev.txt: every pinned distribution, every group."""
+    pins = _pins()
+    _, extras = requirements_drift(pins, _requirement_files(), "requirements-dev.txt")
+
+    missing = {pin.group for pin in pins} - installed_groups(pins, extras)
+
+    assert not missing, f"requirements-dev.txt does not install the extras {sorted(missing)}"
+
+
+def test_the_powertools_pin_is_the_release_of_the_layer_in_cdk_json() -> None:
+    context_key = _module_constant(ROOT / "infra" / "app.py", "POWERTOOLS_LAYER_CONTEXT")
+    layer = _module_constant(ROOT / "infra" / "worker_package.py", "POWERTOOLS_LAYER_NAME")
+    layer_version = json.loads((ROOT / "cdk.json").read_text())["context"][context_key]
+    runtime = installed_pins(_pins(), [])
+
+    assert POWERTOOLS in runtime, f"{POWERTOOLS} is not a runtime dependency"
+    assert powertools_mismatch(layer, layer_version, runtime[POWERTOOLS].version) is None
+
+
+@pytest.mark.parametrize("group", SIDES)
+def test_each_sides_imports_are_installed_for_it(group: str) -> None:
+    """What a side imports is a distribution its install declares, or one such a distribution requires."""
+    pins = _pins()
+    declared = installed_pins(pins, [] if group == RUNTIME else [group])
+    provided = set(declared)
+    for pin in declared.values():
+        provided |= _requirements_of(pin.name, pin.extras)
+    distributions = importlib.metadata.packages_distributions()
+
+    uncovered = {
+        module: f"{where} (from {sorted(distributions.get(module, ['no installed distribution']))})"
+        for module, where in third_party_imports(SIDES[group]).items()
+        if not {normalize(name) for name in distributions.get(module, [])} & provided
+    }
+
+    assert not uncovered, f"{group}: imports not installed for this side: {uncovered}"
+
+
+@pytest.mark.parametrize("group", SIDES)
+def test_each_declared_distribution_is_used_by_its_side(group: str) -> None:
+    """Imported by the side, run by the Makefile (a console script or `python -m`), or typing one that is declared."""
+    pins = _pins()
+    everything = installed_pins(pins, [pin.group for pin in pins])
+    imported = set(third_party_imports(SIDES[group]))
+    makefile = (ROOT / "Makefile").read_text()
+    distributions = importlib.metadata.packages_distributions()
+    modules_of: dict[str, set[str]] = {}
+    for module, names in distributions.items():
+        for name in names:
+            modules_of.setdefault(normalize(name), set()).add(module)
+
+    def used(name: str) -> bool:
+        if modules_of.get(name, set()) & imported or name in NOT_IMPORTED:
+            return True
+        if any(f"$(BIN)/{command} " in makefile or f"$(BIN)/{command}\n" in makefile for command in _commands(name)):
+            return True
+        if any(f"-m {module} " in makefile for module in modules_of.get(name, set())):
+            return True
+        typed = re.sub(r"^types-|-stubs$", "", name)
+        return typed != name and typed in everything
+
+    unused = [pin.text for pin in pins if pin.group == group and not pin.is_project and not used(pin.name)]
+
+    assert not unused, f"{group}: declared but not used by {', '.join(SIDES[group])}: {unused}"
