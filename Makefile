@@ -23,7 +23,7 @@ export JSII_DEPRECATED := fail
 # Synth needs no account: give the SDK a region and never let it look for credentials.
 SYNTH_ENV := AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 
-.PHONY: help setup lint typecheck unit synth cfn-lint test demo diff deploy schema clean
+.PHONY: help setup lint typecheck unit synth cfn-lint test demo diff deploy schema api-docs dist clean
 
 help:
 	@echo "make demo    - the whole platform on this machine, a scenario run end to end and checked"
@@ -31,13 +31,24 @@ help:
 	@echo "make synth   - cdk synth into $(CDK_OUT)/, offline, no credentials"
 	@echo "make diff    - cdk diff against your AWS account (needs credentials)"
 	@echo "make deploy  - cdk deploy to your AWS account (needs credentials)"
+	@echo "make dist    - the conveyor wheel and sdist into dist/"
+	@echo "make api-docs - regenerate docs/api.md, the public API, from the code"
 
+# docs/api.md from the packages' __all__; tests/unit/test_api_reference.py fails when it is stale.
+api-docs: $(PY_STAMP)
+	$(BIN)/python scripts/api_reference.py --output docs/api.md
+
+# requirements-dev.txt is `-e .[dev]`: the project with every extra, the pins all in pyproject.toml.
 $(PY_STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
+
+# The wheel and the sdist into dist/ (the wheel built from the sdist, so the sdist is complete).
+dist: $(PY_STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
 
 $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error

@@ -3,9 +3,12 @@
 pyproject.toml's [project] dependencies are the runtime (the worker and the producer SDK); its
 extras are what the other sides add (cli, local, cdk, dev). Every entry is pinned exactly and a
 distribution has one pin; requirements.txt and requirements-dev.txt install the project with
-extras and pin nothing that disagrees. Each side's third-party imports are installed by that
-side's extras, every declared distribution is used by the side that declares it, and the
-Powertools pin is the release the layer version in cdk.json packages.
+extras and pin nothing that disagrees. Each side's third-party imports are installed for that
+side, every declared distribution is used by the side that declares it, and the Powertools pin
+is the release the layer version in cdk.json packages.
+
+The checks are functions of the files' contents, shown failing on drifting samples first, then
+run on the project's own files.
 """
 
 import ast
@@ -63,7 +66,7 @@ _EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 
 def normalize(name: str) -> str:
-    """A distribution name as PEP 503 compares them."""
+    """A distribution or extra name as PEP 503 / PEP 685 compare them."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -83,96 +86,99 @@ class Pin:
 
     @property
     def is_project(self) -> bool:
+        """The project itself with extras (``conveyor[cli]``): an extra that includes others."""
         return self.name == PROJECT
 
 
-def parse_pins(project: Mapping[str, Any]) -> tuple[list[Pin], list[str]]:
-    """The requirements of a [project] table, by group, and the entries not in the one allowed form."""
-    groups: dict[str, list[str]] = {RUNTIME: list(project.get(RUNTIME, []))}
-    groups.update(
-        {normalize(extra): list(entries) for extra, entries in project.get("optional-dependencies", {}).items()}
-    )
+@dataclass(frozen=True)
+class Declared:
+    """A [project] table's requirements: the runtime group and one group per extra."""
+
+    pins: tuple[Pin, ...]
+    groups: frozenset[str]
+
+    @property
+    def extras(self) -> frozenset[str]:
+        return self.groups - {RUNTIME}
+
+    def installed_groups(self, extras: Iterable[str]) -> set[str]:
+        """The groups installing the project with ``extras`` brings: the runtime, the extras, and theirs."""
+        groups = {RUNTIME}
+        pending = [normalize(extra) for extra in extras]
+        while pending:
+            group = pending.pop()
+            if group not in groups:
+                groups.add(group)
+                pending.extend(
+                    extra for pin in self.pins if pin.group == group and pin.is_project for extra in pin.extras
+                )
+        return groups
+
+    def installed(self, extras: Iterable[str]) -> dict[str, Pin]:
+        """The third-party pins installing the project with ``extras`` brings, by distribution."""
+        groups = self.installed_groups(extras)
+        return {pin.name: pin for pin in self.pins if pin.group in groups and not pin.is_project}
+
+
+def parse_project(project: Mapping[str, Any]) -> tuple[Declared, list[str]]:
+    """The requirements of a [project] table, and the entries not in the one allowed form."""
+    entries: dict[str, list[str]] = {RUNTIME: list(project.get(RUNTIME, []))}
+    entries.update({normalize(extra): list(items) for extra, items in project.get("optional-dependencies", {}).items()})
     pins: list[Pin] = []
     problems: list[str] = []
-    for group, entries in groups.items():
-        for text in entries:
+    for group, texts in entries.items():
+        for text in texts:
             match = _REQUIREMENT.match(text.strip())
             if match is None:
                 problems.append(f"{group}: {text!r} is not name[extras]==version")
-                continue
-            pins.append(Pin(normalize(match["name"]), _extras(match["extras"]), match["version"], group, text.strip()))
-    return pins, problems
+            else:
+                pins.append(
+                    Pin(normalize(match["name"]), _extras(match["extras"]), match["version"], group, text.strip())
+                )
+    return Declared(tuple(pins), frozenset(entries)), problems
 
 
-def pin_problems(pins: Iterable[Pin]) -> list[str]:
+def pin_problems(declared: Declared) -> list[str]:
     """Entries not pinned exactly, the project naming an extra it lacks, and a distribution with two pins."""
-    pins = list(pins)
-    groups = {pin.group for pin in pins} | {RUNTIME}
     problems: list[str] = []
     first: dict[str, Pin] = {}
-    for pin in pins:
+    for pin in declared.pins:
         if pin.is_project:
             problems.extend(
                 f"{pin.group}: {pin.text!r} names extra {extra!r}, which pyproject.toml does not declare"
-                for extra in sorted(pin.extras - groups)
+                for extra in sorted(pin.extras - declared.extras)
             )
             if pin.version is not None:
                 problems.append(f"{pin.group}: {pin.text!r} pins the project itself")
-            continue
-        if pin.version is None:
+        elif pin.version is None:
             problems.append(f"{pin.group}: {pin.name} is not pinned with == ({pin.text!r})")
-            continue
-        seen = first.setdefault(pin.name, pin)
-        if seen.version != pin.version:
+        elif (seen := first.setdefault(pin.name, pin)).version != pin.version:
             problems.append(
                 f"{pin.name} is pinned twice: =={seen.version} in {seen.group}, =={pin.version} in {pin.group}"
             )
     return problems
 
 
-def installed_groups(pins: Iterable[Pin], extras: Iterable[str]) -> set[str]:
-    """The groups installing the project with ``extras`` brings: the runtime, the extras, and theirs."""
-    pins = list(pins)
-    groups = {RUNTIME}
-    pending = [normalize(extra) for extra in extras]
-    while pending:
-        group = pending.pop()
-        if group in groups:
-            continue
-        groups.add(group)
-        pending.extend(extra for pin in pins if pin.group == group and pin.is_project for extra in pin.extras)
-    return groups
-
-
-def installed_pins(pins: Iterable[Pin], extras: Iterable[str]) -> dict[str, Pin]:
-    """The third-party pins installing the project with ``extras`` brings, by distribution."""
-    pins = list(pins)
-    groups = installed_groups(pins, extras)
-    return {pin.name: pin for pin in pins if pin.group in groups and not pin.is_project}
-
-
-def requirements_drift(pins: Iterable[Pin], files: Mapping[str, str], start: str) -> tuple[list[str], set[str]]:
-    """Where requirement file ``start`` (and what it includes, from ``files``) disagrees with the pins.
+def requirements_drift(declared: Declared, files: Mapping[str, str], start: str) -> tuple[list[str], set[str]]:
+    """Where requirements file ``start`` (and what it includes, from ``files``) disagrees with pyproject.toml.
 
     Returns the disagreements, each naming the package, and the extras the file installs the
     project with. A file may install the project (``-e .[extras]``), include another file
     (``-r``), or name a distribution exactly as pyproject.toml pins it; nothing else.
     """
-    pins = list(pins)
-    known = {pin.group for pin in pins} - {RUNTIME}
-    by_name = {pin.name: pin for pin in pins if not pin.is_project and pin.version is not None}
+    by_name = {pin.name: pin for pin in declared.pins if not pin.is_project and pin.version is not None}
     problems: list[str] = []
     extras: set[str] = set()
-    visiting: list[str] = []
+    reading: list[str] = []
 
     def read(name: str) -> None:
-        if name in visiting:
-            problems.append(f"{name}: included again by {visiting[-1]}")
+        if name in reading:
+            problems.append(f"{reading[-1]}: includes {name} again")
             return
         if name not in files:
-            problems.append(f"{visiting[-1] if visiting else name}: includes {name}, which does not exist")
+            problems.append(f"{reading[-1] if reading else name}: includes {name}, which does not exist")
             return
-        visiting.append(name)
+        reading.append(name)
         for raw in files[name].splitlines():
             line = raw.split(" #", 1)[0].strip()
             if not line or line.startswith("#"):
@@ -183,9 +189,9 @@ def requirements_drift(pins: Iterable[Pin], files: Mapping[str, str], start: str
                 named = _extras(project["extras"])
                 problems.extend(
                     f"{name}: installs the project with extra {extra!r}, which pyproject.toml does not declare"
-                    for extra in sorted(named - known)
+                    for extra in sorted(named - declared.extras)
                 )
-                extras.update(named & known)
+                extras.update(named & declared.extras)
             elif (requirement := _REQUIREMENT.match(line)) is not None:
                 package, version = normalize(requirement["name"]), requirement["version"]
                 pinned = by_name.get(package)
@@ -197,14 +203,14 @@ def requirements_drift(pins: Iterable[Pin], files: Mapping[str, str], start: str
                     )
             else:
                 problems.append(f"{name}: {line!r} is neither the project, an include, nor an exact pin")
-        visiting.pop()
+        reading.pop()
 
     read(start)
     return problems, extras
 
 
 def powertools_mismatch(layer: str, layer_version: int, pin: str | None) -> str | None:
-    """Why the aws-lambda-powertools pin is not the release of the layer the worker runs with, if it is not."""
+    """Why the aws-lambda-powertools pin is not the release of the worker's layer, if it is not."""
     release = POWERTOOLS_LAYER_RELEASES.get((layer, layer_version))
     if release is None:
         return (
@@ -215,50 +221,20 @@ def powertools_mismatch(layer: str, layer_version: int, pin: str | None) -> str 
     if pin != release:
         return (
             f"pyproject.toml pins {POWERTOOLS}=={pin} but layer {layer}:{layer_version} (cdk.json) "
-            f"packages {release}: the worker would run with another release than tests and producers"
+            f"packages {release}: the worker would run another release than tests and producers"
         )
     return None
 
 
-def _project() -> dict[str, Any]:
-    project: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return project
-
-
-def _pins() -> list[Pin]:
-    pins, problems = parse_pins(_project())
-    assert not problems, problems
-    return pins
-
-
-def _requirement_files() -> dict[str, str]:
-    return {name: (ROOT / name).read_text() for name in REQUIREMENTS_FILES}
-
-
-def _module_constant(path: Path, name: str) -> Any:
-    """A module-level constant's literal value, read without importing the module."""
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{path.relative_to(ROOT)} assigns no {name}")
+def _first_party(module: str) -> bool:
+    """The library, or a top-level package or module of the repository (functions, infra, tests, ...)."""
+    return module == PROJECT or (ROOT / module / "__init__.py").is_file() or (ROOT / f"{module}.py").is_file()
 
 
 def _python_files(paths: Iterable[str]) -> Iterator[Path]:
     for relative in paths:
         path = ROOT / relative
         yield from [path] if path.is_file() else sorted(path.rglob("*.py"))
-
-
-def _first_party(module: str) -> bool:
-    """The library, or a top-level package or module of the repository (functions, infra, tests, ...)."""
-    return module == PROJECT or (ROOT / module).is_dir() or (ROOT / f"{module}.py").is_file()
-
-
-def _commands(distribution: str) -> set[str]:
-    """The commands a distribution installs: its console scripts, and executables it puts in bin/."""
-    found = importlib.metadata.distribution(distribution)
-    scripts = {entry.name for entry in found.entry_points if entry.group == "console_scripts"}
-    return scripts | {file.name for file in found.files or [] if file.parent.name == "bin"}
 
 
 def third_party_imports(paths: Iterable[str]) -> dict[str, str]:
@@ -279,26 +255,65 @@ def third_party_imports(paths: Iterable[str]) -> dict[str, str]:
     return imported
 
 
+def _installed(distribution: str) -> importlib.metadata.Distribution:
+    try:
+        return importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        raise AssertionError(
+            f"{distribution} is declared in pyproject.toml but not installed here: pip install -r requirements-dev.txt"
+        ) from None
+
+
 def _requirements_of(distribution: str, extras: frozenset[str]) -> set[str]:
     """The distributions an installed distribution requires, with ``extras``."""
     names: set[str] = set()
-    for requirement in importlib.metadata.requires(distribution) or []:
-        requirement_extras = {normalize(extra) for extra in _EXTRA_MARKER.findall(requirement)}
-        if not requirement_extras or requirement_extras & extras:
+    for requirement in _installed(distribution).requires or []:
+        needs = {normalize(extra) for extra in _EXTRA_MARKER.findall(requirement)}
+        if not needs or needs & extras:
             match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
             assert match is not None, requirement
             names.add(normalize(match[0]))
     return names
 
 
-# --- the checks, shown to fail on a drifting input -------------------------------------------
+def _commands(distribution: str) -> set[str]:
+    """The commands a distribution installs: its console scripts, and executables it puts in bin/."""
+    found = _installed(distribution)
+    scripts = {entry.name for entry in found.entry_points if entry.group == "console_scripts"}
+    return scripts | {file.name for file in found.files or [] if file.parent.name == "bin"}
 
 
-def _pins_of(project: Mapping[str, Any]) -> list[Pin]:
-    pins, problems = parse_pins(project)
-    assert not problems, problems
-    return pins
+def _modules_by_distribution() -> dict[str, set[str]]:
+    modules: dict[str, set[str]] = {}
+    for module, names in importlib.metadata.packages_distributions().items():
+        for name in names:
+            modules.setdefault(normalize(name), set()).add(module)
+    return modules
 
+
+def _module_constant(path: Path, name: str) -> Any:
+    """A module-level constant's literal value, read without importing the module."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.relative_to(ROOT)} assigns no {name}")
+
+
+def _parsed(project: Mapping[str, Any]) -> Declared:
+    declared, problems = parse_project(project)
+    assert not problems, "\n".join(problems)
+    return declared
+
+
+def _declared() -> Declared:
+    return _parsed(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"])
+
+
+def _requirement_files() -> dict[str, str]:
+    return {name: (ROOT / name).read_text() for name in REQUIREMENTS_FILES}
+
+
+# --- the checks on drifting samples ---------------------------------------------------------
 
 SAMPLE = {
     RUNTIME: ["boto3==1.44.5"],
@@ -307,17 +322,18 @@ SAMPLE = {
 
 
 def test_a_requirements_file_pinning_another_version_is_named() -> None:
-    problems, _ = requirements_drift(
-        _pins_of(SAMPLE), {"requirements.txt": "-e .[cli]\nboto3==1.40.0\n"}, "requirements.txt"
-    )
+    files = {"requirements.txt": "-e .[cli]\nboto3==1.40.0\n"}
+
+    problems, extras = requirements_drift(_parsed(SAMPLE), files, "requirements.txt")
 
     assert problems == ["requirements.txt: boto3 is 'boto3==1.40.0' but pyproject.toml pins boto3==1.44.5"]
+    assert extras == {"cli"}
 
 
-def test_a_requirements_file_naming_a_package_pyproject_lacks_is_named() -> None:
+def test_a_requirements_file_naming_what_pyproject_lacks_is_named() -> None:
     files = {"requirements-dev.txt": "-r requirements.txt\n-e .[dev,docs]\n", "requirements.txt": "moto==5.2.5\n"}
 
-    problems, extras = requirements_drift(_pins_of(SAMPLE), files, "requirements-dev.txt")
+    problems, extras = requirements_drift(_parsed(SAMPLE), files, "requirements-dev.txt")
 
     assert problems == [
         "requirements.txt: moto is not in pyproject.toml; add it there ('moto==5.2.5')",
@@ -327,48 +343,59 @@ def test_a_requirements_file_naming_a_package_pyproject_lacks_is_named() -> None
 
 
 def test_an_unpinned_or_twice_pinned_dependency_is_named() -> None:
-    project = {RUNTIME: ["boto3>=1.40"], "optional-dependencies": {"cli": ["click==8.5.1"], "dev": ["click==8.4.0"]}}
+    project = {
+        RUNTIME: ["boto3>=1.40", "pydantic"],
+        "optional-dependencies": {"cli": ["click==8.5.1"], "dev": ["click==8.4.0", "conveyor[cli,docs]"]},
+    }
 
-    pins, problems = parse_pins(project)
+    declared, problems = parse_project(project)
 
     assert problems == ["dependencies: 'boto3>=1.40' is not name[extras]==version"]
-    assert pin_problems(pins) == ["click is pinned twice: ==8.5.1 in cli, ==8.4.0 in dev"]
-    assert pin_problems([Pin("boto3", frozenset(), None, RUNTIME, "boto3")]) == [
-        "dependencies: boto3 is not pinned with == ('boto3')"
+    assert pin_problems(declared) == [
+        "dependencies: pydantic is not pinned with == ('pydantic')",
+        "click is pinned twice: ==8.5.1 in cli, ==8.4.0 in dev",
+        "dev: 'conveyor[cli,docs]' names extra 'docs', which pyproject.toml does not declare",
     ]
+
+
+def test_extras_bring_the_extras_they_name() -> None:
+    declared = _parsed(SAMPLE)
+
+    assert set(declared.installed([])) == {"boto3"}
+    assert set(declared.installed(["dev"])) == {"boto3", "click", "pytest"}
 
 
 def test_a_powertools_pin_other_than_the_layers_release_is_named() -> None:
     ((layer, version), release) = next(iter(POWERTOOLS_LAYER_RELEASES.items()))
 
     assert powertools_mismatch(layer, version, release) is None
-    assert f"{POWERTOOLS}==0.0.1" in (powertools_mismatch(layer, version, "0.0.1") or "")
+    assert f"pins {POWERTOOLS}==0.0.1 but" in (powertools_mismatch(layer, version, "0.0.1") or "")
     assert "does not know" in (powertools_mismatch(layer, version + 1000, release) or "")
 
 
-# --- the project's own files ------------------------------------------------------------------
+# --- the project's own files -----------------------------------------------------------------
 
 
 def test_every_dependency_is_pinned_exactly_once() -> None:
-    pins, problems = parse_pins(_project())
+    problems = pin_problems(_declared())
 
-    assert problems + pin_problems(pins) == []
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("name", REQUIREMENTS_FILES)
 def test_requirements_files_agree_with_pyproject(name: str) -> None:
-    problems, extras = requirements_drift(_pins(), _requirement_files(), name)
+    problems, extras = requirements_drift(_declared(), _requirement_files(), name)
 
-    assert problems == []
+    assert not problems, "\n".join(problems)
     assert extras, f"{name} does not install the project (-e .[extras])"
 
 
-def test_requirements_dev_installs_every_pin() -> None:
-    """`make test` installs requirements-dev.txt: every pinned distribution, every group."""
-    pins = _pins()
-    _, extras = requirements_drift(pins, _requirement_files(), "requirements-dev.txt")
+def test_requirements_dev_installs_every_group() -> None:
+    """`make test` and `make demo` install requirements-dev.txt: every pinned distribution."""
+    declared = _declared()
+    _, extras = requirements_drift(declared, _requirement_files(), "requirements-dev.txt")
 
-    missing = {pin.group for pin in pins} - installed_groups(pins, extras)
+    missing = declared.groups - declared.installed_groups(extras)
 
     assert not missing, f"requirements-dev.txt does not install the extras {sorted(missing)}"
 
@@ -377,24 +404,25 @@ def test_the_powertools_pin_is_the_release_of_the_layer_in_cdk_json() -> None:
     context_key = _module_constant(ROOT / "infra" / "app.py", "POWERTOOLS_LAYER_CONTEXT")
     layer = _module_constant(ROOT / "infra" / "worker_package.py", "POWERTOOLS_LAYER_NAME")
     layer_version = json.loads((ROOT / "cdk.json").read_text())["context"][context_key]
-    runtime = installed_pins(_pins(), [])
-
+    runtime = _declared().installed([])
     assert POWERTOOLS in runtime, f"{POWERTOOLS} is not a runtime dependency"
-    assert powertools_mismatch(layer, layer_version, runtime[POWERTOOLS].version) is None
+
+    mismatch = powertools_mismatch(layer, layer_version, runtime[POWERTOOLS].version)
+
+    assert mismatch is None, mismatch
 
 
 @pytest.mark.parametrize("group", SIDES)
 def test_each_sides_imports_are_installed_for_it(group: str) -> None:
     """What a side imports is a distribution its install declares, or one such a distribution requires."""
-    pins = _pins()
-    declared = installed_pins(pins, [] if group == RUNTIME else [group])
+    declared = _declared().installed([] if group == RUNTIME else [group])
     provided = set(declared)
     for pin in declared.values():
         provided |= _requirements_of(pin.name, pin.extras)
     distributions = importlib.metadata.packages_distributions()
 
     uncovered = {
-        module: f"{where} (from {sorted(distributions.get(module, ['no installed distribution']))})"
+        module: f"{where} (from {distributions.get(module, ['no installed distribution'])})"
         for module, where in third_party_imports(SIDES[group]).items()
         if not {normalize(name) for name in distributions.get(module, [])} & provided
     }
@@ -404,27 +432,23 @@ def test_each_sides_imports_are_installed_for_it(group: str) -> None:
 
 @pytest.mark.parametrize("group", SIDES)
 def test_each_declared_distribution_is_used_by_its_side(group: str) -> None:
-    """Imported by the side, run by the Makefile (a console script or `python -m`), or typing one that is declared."""
-    pins = _pins()
-    everything = installed_pins(pins, [pin.group for pin in pins])
+    """Imported by the side, run by the Makefile (a command or `python -m`), or typing a declared one."""
+    declared = _declared()
+    everything = declared.installed(declared.extras)
     imported = set(third_party_imports(SIDES[group]))
     makefile = (ROOT / "Makefile").read_text()
-    distributions = importlib.metadata.packages_distributions()
-    modules_of: dict[str, set[str]] = {}
-    for module, names in distributions.items():
-        for name in names:
-            modules_of.setdefault(normalize(name), set()).add(module)
+    modules = _modules_by_distribution()
 
     def used(name: str) -> bool:
-        if modules_of.get(name, set()) & imported or name in NOT_IMPORTED:
+        if modules.get(name, set()) & imported or name in NOT_IMPORTED:
             return True
         if any(f"$(BIN)/{command} " in makefile or f"$(BIN)/{command}\n" in makefile for command in _commands(name)):
             return True
-        if any(f"-m {module} " in makefile for module in modules_of.get(name, set())):
+        if any(f" -m {module} " in makefile for module in modules.get(name, set())):
             return True
         typed = re.sub(r"^types-|-stubs$", "", name)
         return typed != name and typed in everything
 
-    unused = [pin.text for pin in pins if pin.group == group and not pin.is_project and not used(pin.name)]
+    unused = [pin.text for pin in declared.pins if pin.group == group and not pin.is_project and not used(pin.name)]
 
-    assert not unused, f"{group}: declared but not used by {', '.join(SIDES[group])}: {unused}"
+    assert not unused, f"{group}: declared, but not used by {', '.join(SIDES[group])}: {unused}"
