@@ -1,12 +1,13 @@
 """What SQS and earlier runs say about one received message: which attempt this is, and since when."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from conveyor.contract import message_attributes as attrs
+from conveyor.contract.declarations import MAX_ATTEMPTS_LIMIT
 from conveyor.contract.timestamps import parse_utc
 
 MILLISECONDS = 1000
@@ -18,8 +19,20 @@ def _parse_time(text: str | None) -> datetime | None:
         return None
     try:
         return parse_utc(text)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a time stamp, or one outside the years 1 to 9999 in UTC
         return None
+
+
+def _prior_attempts(text: str | None) -> int:
+    """A carried attempt count, as the harness writes it (ASCII digits, under any job's max_attempts), else 0.
+
+    Anything else was not written by the harness: a bad attribute must not poison a job, nor may a
+    forged count reach a dead letter's ``conveyor.attempts`` (a Number: at most 38 digits in SQS).
+    """
+    if not text or not (text.isascii() and text.isdigit()):
+        return 0
+    count = int(text)
+    return count if count < MAX_ATTEMPTS_LIMIT else 0
 
 
 def _redriven_at(event_attributes: dict[str, Any], raw: dict[str, Any], first_received_at: datetime) -> datetime | None:
@@ -63,7 +76,7 @@ class Delivery:
         moved_back = attrs.read_string(event_attributes, attrs.REASON) is not None
         return cls(
             receive_count=int(raw["ApproximateReceiveCount"]),
-            prior_attempts=int(prior) if prior and prior.isdigit() and not moved_back else 0,
+            prior_attempts=0 if moved_back else _prior_attempts(prior),
             first_received_at=first_received_at,
             carried_first_failure=_parse_time(attrs.read_string(event_attributes, attrs.FIRST_FAILED_AT)),
             not_before=None if moved_back else _parse_time(attrs.read_string(event_attributes, attrs.NOT_BEFORE)),
@@ -71,6 +84,16 @@ class Delivery:
             # A moved-back entry's redrive id belongs to an earlier CLI redrive, long finished.
             redrive_id=None if moved_back else attrs.read_string(event_attributes, attrs.REDRIVE_ID),
         )
+
+    def within(self, max_attempts: int) -> "Delivery":
+        """This delivery, its carried attempts ignored if they leave no attempt for a job of ``max_attempts``.
+
+        The harness re-sends a job (a snooze, a deferral) only while it has attempts left, so the
+        copy carries fewer than ``max_attempts`` unless SQS counted receives the harness never ran
+        (a timed-out invocation's). A larger count is taken as forged and ignored: that can only
+        give a job attempts back, never exhaust it before its first failure.
+        """
+        return self if self.prior_attempts < max_attempts else replace(self, prior_attempts=0)
 
     @property
     def attempt(self) -> int:

@@ -31,6 +31,7 @@ from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import mask_values, sensitive_values
 from conveyor.contract.reasons import Reason
 from conveyor.contract.settings import SERVICE_NAME, WorkerSettings
+from conveyor.contract.timestamps import utc_text
 from conveyor.contract.topology import Topology
 from conveyor.sdk.catalog import TopologyCatalog
 from conveyor.sdk.prepare import JobRequest, message_entry, prepare, single_send
@@ -151,7 +152,19 @@ class Harness:
         except ContractError as error:
             self._dead_letter(record, delivery, now, reason=error.reason, error=error, envelope=envelope)
             return
+        delivery = delivery.within(job_type.retry.max_attempts)
         if delivery.not_before and delivery.not_before > now:
+            # Past max_wall_time from the deadline's start (or from now, for a created_at in the future)
+            # the job could never run in time: dead-letter it now rather than re-send it until then.
+            start = min(delivery.deadline_start(envelope.created_at), now)
+            if delivery.not_before - start > job_type.retry.max_wall_time:
+                late = ContractError(
+                    Reason.DEADLINE_EXCEEDED,
+                    f"not before {utc_text(delivery.not_before)}, past max_wall_time "
+                    f"{job_type.retry.max_wall_time.total_seconds():.0f}s",
+                )
+                self._dead_letter(record, delivery, now, reason=late.reason, error=late, envelope=envelope)
+                return
             self._requeue(record, delivery, envelope, now, delivery.not_before - now, Kind.SNOOZED)
             return
         age = now - delivery.deadline_start(envelope.created_at)

@@ -108,7 +108,10 @@ class ScheduledRuns:
         A chunk of a continued job (``<id>#<n>``) is not one, though on an unsharded schedule its
         id reads like a shard's.
         """
-        occurrence = parse_occurrence_id(envelope.id)
+        try:
+            occurrence = parse_occurrence_id(envelope.id)
+        except ValueError:  # it reads like an occurrence's id but names no instant (month 13, say): not one
+            return None
         schedule = self._schedules.get(occurrence.schedule) if occurrence else None
         if occurrence is None or schedule is None or schedule.job != envelope.type:
             return None
