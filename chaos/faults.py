@@ -46,15 +46,13 @@ from typing import Any, NoReturn
 
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import STATUS_CONSTANTS
 from botocore.awsrequest import AWSResponse
-from botocore.compat import HTTPHeaders
-from botocore.endpoint import convert_to_response_dict
 from botocore.handlers import BUILTIN_HANDLERS
 from botocore.model import OperationModel
-from botocore.parsers import create_parser
 
 from conveyor.contract import naming
 from conveyor.contract.topology import Topology
 from conveyor.local.provision import Provisioned
+from conveyor.local.strict.client import Answer, answer
 from functions.providers.effects import EFFECTS_TABLE, KEY_ATTRIBUTE
 
 CRASH_BEFORE_EFFECT = "crash_before_effect"
@@ -135,8 +133,6 @@ WINDOWS_SUFFIX = ".windows"
 _CLAUSE = re.compile(r"(?<![:#\w])(SET|REMOVE|ADD|DELETE)\b", re.IGNORECASE)
 _ASSIGNMENT = re.compile(r"(#?[\w-]+)\s*=\s*(:[\w-]+)")
 
-# What a before-call handler answers in the service's place: the HTTP response and its parsed form.
-Answer = tuple[AWSResponse, dict[str, Any]]
 # Ends the process; tests pass one that raises instead.
 Crash = Callable[[int], NoReturn]
 
@@ -379,32 +375,6 @@ class _Dice:
             return sorted(self._rng.sample(range(count), self._rng.randint(1, count)))
 
 
-class _Body:
-    """The raw stream botocore reads a response's content from."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-
-    def stream(self, **_: Any) -> Iterator[bytes]:
-        yield self._data
-
-
-def _answer(model: OperationModel, url: str, status: int, headers: dict[str, str], body: bytes) -> Answer:
-    """The (response, parsed) pair botocore would have got from AWS for this response.
-
-    As botocore's endpoint does, an error's modeled fields (a transaction's CancellationReasons)
-    are added beside ``Error``.
-    """
-    http = AWSResponse(url, status, HTTPHeaders.from_dict(headers), _Body(body))
-    parser = create_parser(model.service_model.resolved_protocol)
-    response = convert_to_response_dict(http, model)
-    parsed: dict[str, Any] = parser.parse(response, model.output_shape)  # type: ignore[arg-type]
-    error_shape = model.service_model.shape_for_error_code(parsed.get("Error", {}).get("Code"))
-    if error_shape is not None:
-        parsed.update(parser.parse(response, error_shape))
-    return http, parsed
-
-
 def _error(model: OperationModel, url: str, service: str, status: int, code: str, body: dict[str, Any]) -> Answer:
     """AWS's error response for a JSON-protocol service; SQS also names its query-protocol code in a header."""
     headers = {"Content-Type": JSON_CONTENT, "x-amzn-RequestId": str(uuid.uuid4())}
@@ -412,7 +382,7 @@ def _error(model: OperationModel, url: str, service: str, status: int, code: str
         fault = "Sender" if status < INTERNAL_SERVER_ERROR else "Receiver"
         headers["x-amzn-query-error"] = f"{code};{fault}"
     document = {"__type": f"{ERROR_NAMESPACES[service]}#{code}", **body}
-    return _answer(model, url, status, headers, json.dumps(document).encode())
+    return answer(model, url, status, headers, json.dumps(document).encode())
 
 
 def _request(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -53,12 +53,21 @@ def _params(service: str, request: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _answer(model: OperationModel, url: str, status: int, headers: dict[str, str], body: bytes) -> Answer:
-    """The (response, parsed) pair botocore would have got from AWS for this response."""
+def answer(model: OperationModel, url: str, status: int, headers: dict[str, str], body: bytes) -> Answer:
+    """The (response, parsed) pair botocore would have got from AWS for this response.
+
+    As botocore's endpoint does, the output shape (or None, for an operation without output),
+    and an error's modeled fields (a transaction's CancellationReasons) beside ``Error``. The
+    chaos suite answers its injected faults through it too.
+    """
     http = AWSResponse(url, status, HTTPHeaders.from_dict(headers), _Body(body))
     parser = create_parser(model.service_model.resolved_protocol)
-    # As botocore's endpoint does, output shape or None (an operation without output).
-    return http, parser.parse(convert_to_response_dict(http, model), model.output_shape)  # type: ignore[arg-type]
+    response = convert_to_response_dict(http, model)
+    parsed: dict[str, Any] = parser.parse(response, model.output_shape)  # type: ignore[arg-type]
+    error_shape = model.service_model.shape_for_error_code(parsed.get("Error", {}).get("Code"))
+    if error_shape is not None:
+        parsed.update(parser.parse(response, error_shape))
+    return http, parsed
 
 
 def _before_call(model: OperationModel, params: dict[str, Any], **kwargs: Any) -> Answer | None:
@@ -71,13 +80,13 @@ def _before_call(model: OperationModel, params: dict[str, Any], **kwargs: Any) -
         failures = check(service, operation, request)
     except Violation as violation:
         error = error_response(service, violation)
-        return _answer(model, params["url"], error.status, error.headers, error.body)
+        return answer(model, params["url"], error.status, error.headers, error.body)
     if not failures:
         return None
     split = split_batch(request, failures)
     if split.all_failed is not None:  # nothing left for moto: answer as SQS would
         body = json.dumps(split.all_failed).encode()
-        return _answer(model, params["url"], OK, {"Content-Type": "application/x-amz-json-1.0"}, body)
+        return answer(model, params["url"], OK, {"Content-Type": "application/x-amz-json-1.0"}, body)
     params["body"] = json.dumps(split.remaining).encode()
     _state.failed = split.failed
     return None
