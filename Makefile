@@ -23,7 +23,7 @@ export JSII_DEPRECATED := fail
 # Synth needs no account: give the SDK a region and never let it look for credentials.
 SYNTH_ENV := AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 
-.PHONY: help setup lint typecheck unit synth cfn-lint test demo diff deploy schema api-docs dist clean
+.PHONY: help setup lint typecheck unit synth cfn-lint test demo chaos diff deploy schema api-docs dist clean
 
 help:
 	@echo "make demo    - the whole platform on this machine, a scenario run end to end and checked"
@@ -31,6 +31,7 @@ help:
 	@echo "make synth   - cdk synth into $(CDK_OUT)/, offline, no credentials"
 	@echo "make diff    - cdk diff against your AWS account (needs credentials)"
 	@echo "make deploy  - cdk deploy to your AWS account (needs credentials)"
+	@echo "make chaos   - 10,000 jobs under crashes, kills, throttles and bad input; writes docs/reliability.md"
 	@echo "make dist    - the conveyor wheel and sdist into dist/"
 	@echo "make api-docs - regenerate docs/api.md, the public API, from the code"
 
@@ -78,6 +79,10 @@ test: lint typecheck unit cfn-lint
 
 schema: $(PY_STAMP)
 	$(BIN)/conveyor schema --output docs/schema/envelope.schema.json
+
+# CHAOS_ARGS="--seed 2 --quick" to replay a seed or run the short mix; python -m chaos --help lists them.
+chaos: $(PY_STAMP)
+	$(BIN)/python -m chaos $(CHAOS_ARGS)
 
 demo: $(PY_STAMP)
 	$(BIN)/conveyor local demo

@@ -6,6 +6,7 @@ first broken invariant, and exits 1.
 """
 
 import argparse
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.corpus import load as load_corpus
-from chaos.faults import FaultMix, read_events, window_faults_by_key, windows_journal
+from chaos.faults import FaultMix, read_events, window_faults_by_key
 from chaos.invariants import check
 from chaos.report import render
 from chaos.run import MIN_KILLS, RunSettings, Supervisor
@@ -35,7 +36,7 @@ DEFAULT_RATES = {
     "throttle_dynamodb": 0.002,
     "transaction_conflict": 0.05,
     "send_batch_partial": 0.02,
-    "dlq_send_failure": 0.05,
+    "dlq_send_failure": 0.01,
     "relay_crash_before_send": 0.002,
     "relay_crash_after_send": 0.002,
 }
@@ -88,10 +89,9 @@ def leftover_processes(endpoint: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     options, mix = parse(sys.argv[1:] if argv is None else argv)
     workdir = WORKDIR / str(options.seed)
-    workdir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(workdir, ignore_errors=True)  # a seed's last run: its children's logs, events and windows
+    workdir.mkdir(parents=True)
     events = workdir / "faults.jsonl"
-    for stale in (events, windows_journal(events)):
-        stale.unlink(missing_ok=True)
     settings = RunSettings(
         seed=options.seed,
         jobs=options.jobs,

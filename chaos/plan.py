@@ -19,11 +19,16 @@ from functions.jobs.generate_report import PROVIDER as REPORTS
 from functions.jobs.generate_report import row_key
 from functions.orders import Order
 from functions.providers import email, payments, webhooks
-from scenarios.demo import EXAMPLES, Example
+from scenarios.demo import (
+    DUPLICATE_EVERY,
+    EXAMPLES,
+    PERMANENT_AT,
+    PERMANENT_EVERY,
+    TRANSIENT_AT,
+    TRANSIENT_EVERY,
+    Example,
+)
 
-TRANSIENT_EVERY, TRANSIENT_AT = 10, 3
-PERMANENT_EVERY, PERMANENT_AT = 33, 7
-DUPLICATE_EVERY, DUPLICATE_AT = 15, 0
 # A report's rows, each an effect; its chunks hand off between them (chaos.topology's short timeout).
 REPORT_ROWS = 3
 # Every n-th example job is a report.

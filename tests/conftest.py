@@ -4,16 +4,19 @@ Also the in-process AWS of unit and infra tests: ``aws`` is moto with a topology
 the local runtime's own provisioner, fresh for each test. A test module changes what it gets by
 overriding one of the small fixtures it depends on: ``topology`` (what is provisioned) and
 ``function_environment`` (the environment a deployed function would be given). ``empty_aws`` is
-moto with nothing provisioned. (tests/e2e/conftest.py overrides ``aws`` and ``topology`` with a
-moto server of its own.)
+moto with nothing provisioned; ``logs`` is what the workers log. (tests/e2e/conftest.py overrides
+``aws`` and ``topology`` with a moto server of its own.)
 """
 
+import io
+import logging
 import os
 from collections.abc import Iterator
 
 import pytest
 from moto import mock_aws
 
+from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.topology import Topology
 from conveyor.local import moto_concurrency, strict
 from functions.topology import TOPOLOGY
@@ -79,3 +82,14 @@ def empty_aws() -> Iterator[None]:
     """In-process moto with nothing provisioned, for tests that create (or look for) every resource themselves."""
     with mock_aws():
         yield
+
+
+@pytest.fixture
+def logs() -> Iterator[io.StringIO]:
+    """What the workers' Powertools logger writes (its handler keeps the stream it started with)."""
+    stream = io.StringIO()
+    handlers = [h for h in logging.getLogger(SERVICE_NAME).handlers if isinstance(h, logging.StreamHandler)]
+    previous = [handler.setStream(stream) for handler in handlers]
+    yield stream
+    for handler, old in zip(handlers, previous, strict=True):
+        handler.setStream(old)

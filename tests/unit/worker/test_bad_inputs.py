@@ -15,7 +15,6 @@ After the corpus, one named test per defect the corpus found, each failing witho
 import io
 import itertools
 import json
-import logging
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,7 +32,6 @@ from chaos.corpus import DEFAULT_OUTPUT, HYPOTHESIS_VERSION, BadInput, Corpus, g
 from conveyor.contract import limits
 from conveyor.contract import message_attributes as attrs
 from conveyor.contract.reasons import Reason
-from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.sizes import message_bytes
 from conveyor.worker.outcomes import Kind
 from functions.providers.effects import Effect, EffectsLedger
@@ -76,17 +74,6 @@ def drivers(app: Aws) -> dict[str, QueueDriver]:
 @pytest.fixture(scope="module")
 def effects(app: Aws) -> EffectsLedger:
     return EffectsLedger(client=app.dynamodb)
-
-
-@pytest.fixture
-def logs() -> Iterator[io.StringIO]:
-    """What the workers' Powertools logger writes (its handler keeps the stream it started with)."""
-    stream = io.StringIO()
-    handlers = [h for h in logging.getLogger(SERVICE_NAME).handlers if isinstance(h, logging.StreamHandler)]
-    previous = [handler.setStream(stream) for handler in handlers]
-    yield stream
-    for handler, old in zip(handlers, previous, strict=True):
-        handler.setStream(old)
 
 
 # --- what SQS would take ---------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 import io
 import json
-import logging
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -14,7 +13,6 @@ from conveyor.contract.declarations import Queue, job
 from conveyor.contract.errors import PermanentError, RetryableError
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload, sensitive
-from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.topology import Topology
 from tests.aws import moto_aws
 from tests.harness_support import FIXED_NOW, QueueDriver
@@ -40,17 +38,6 @@ def welcome_signup(payload: Signup, ctx: JobContext) -> None:
 
 TOPOLOGY = Topology(queues=(Queue("logs", age_objective=timedelta(minutes=1)),), job_types=(welcome_signup,))
 CORRELATION = {"request_id": "req-9", "origin": "signup-form", "actor": "user-1"}
-
-
-@pytest.fixture
-def logs() -> Iterator[io.StringIO]:
-    """What the workers' Powertools logger writes (its handler keeps the stream it started with)."""
-    stream = io.StringIO()
-    handlers = [h for h in logging.getLogger(SERVICE_NAME).handlers if isinstance(h, logging.StreamHandler)]
-    previous = [handler.setStream(stream) for handler in handlers]
-    yield stream
-    for handler, old in zip(handlers, previous, strict=True):
-        handler.setStream(old)
 
 
 @pytest.fixture
