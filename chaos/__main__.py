@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.stop()
     command = " ".join(["python -m chaos", *(sys.argv[1:] if argv is None else argv)])
     if str(options.report) != "-":
-        options.report.write_text(render(record, findings, read_events(events), command=command))
+        previous = options.report.read_text() if options.report.exists() else ""
+        options.report.write_text(render(record, findings, read_events(events), command=command, previous=previous))
     for invariant in findings.invariants:
         print(f"  {'held  ' if invariant.held else 'FAILED'}  {invariant.claim}: {invariant.found}")  # noqa: T201
     broken = [invariant for invariant in findings.invariants if not invariant.held]

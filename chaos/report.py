@@ -9,8 +9,17 @@ from chaos.invariants import EFFECT_WINDOW_FAULTS, Findings
 from chaos.plan import DEDUPING_PROVIDERS, NON_DEDUPING_PROVIDERS
 from chaos.run import RunRecord
 
+# The runs table keeps the latest run of each seed between these markers, across reports.
+RUNS_START, RUNS_END = "<!-- runs -->", "<!-- /runs -->"
+RUNS_HEADER = (
+    "| Seed | Jobs | Date (UTC) | Result | Lost | Doubled (dedupe / window) | Bad inputs | Kills / crashes "
+    "| Refused | Drain |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+)
 
-def render(record: RunRecord, findings: Findings, faults: Mapping[str, int], *, command: str) -> str:
+
+def render(record: RunRecord, findings: Findings, faults: Mapping[str, int], *, command: str, previous: str) -> str:
+    """The report of this run, after a table of the latest run of every seed (kept from ``previous``)."""
     settings = record.settings
     held = all(invariant.held for invariant in findings.invariants)
     lines = [
@@ -18,7 +27,14 @@ def render(record: RunRecord, findings: Findings, faults: Mapping[str, int], *, 
         "",
         f"<!-- Written by `{command}`; regenerate it with `make chaos`. -->",
         "",
-        f"Run on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()} with "
+        "The latest run of each seed, then the last run in full.",
+        "",
+        RUNS_START,
+        *RUNS_HEADER,
+        *kept_runs(previous, _run_row(record, findings, held)),
+        RUNS_END,
+        "",
+        f"Last run on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()} with "
         f"{_cores()} cores, Python {platform.python_version()}: seed **{settings.seed}**, "
         f"**{settings.jobs}** jobs. Result: **{'all invariants held' if held else 'INVARIANTS FAILED'}**.",
         "",
@@ -79,6 +95,33 @@ def render(record: RunRecord, findings: Findings, faults: Mapping[str, int], *, 
         "",
     ]
     return "\n".join(lines)
+
+
+def _run_row(record: RunRecord, findings: Findings, held: bool) -> str:
+    poison = sum(sum(outcomes.values()) for outcomes in findings.poison_by_class.values())
+    cells = (
+        str(record.settings.seed),
+        str(record.settings.jobs),
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M}",
+        "held" if held else "**FAILED**",
+        str(len(findings.lost)),
+        f"{len(findings.doubled_deduping)} / {sum(findings.doubled_in_window.values())}",
+        str(poison),
+        f"{record.kills} / {record.crashes}",
+        str(len(record.refusals)),
+        f"{record.drain_s:.0f}s",
+    )
+    return "| " + " | ".join(cells) + " |"
+
+
+def kept_runs(previous: str, row: str) -> list[str]:
+    """The rows kept from ``previous`` for other seeds, and ``row``, by seed."""
+    kept: dict[str, str] = {}
+    if RUNS_START in previous and RUNS_END in previous:
+        table = previous.split(RUNS_START, 1)[1].split(RUNS_END, 1)[0].strip().splitlines()
+        kept = {line.split("|")[1].strip(): line for line in table[len(RUNS_HEADER) :] if line.startswith("|")}
+    kept[row.split("|")[1].strip()] = row
+    return [kept[seed] for seed in sorted(kept, key=int)]
 
 
 def _cell(text: str) -> str:
