@@ -7,12 +7,14 @@ atomically. Here every DynamoDB and DynamoDB Streams operation of moto's request
 behind one lock, from reading the request to the result's snapshot (moto copies items into
 plain dicts there); the slow part, serialising the response, stays outside.
 
-SQS: moto lists a queue's in-flight message groups by iterating its in-flight set in Python,
-while other threads' receives and deletes change that set; the receive then fails with "Set
-changed size during iteration" after it may have taken messages, which stay hidden for a whole
-visibility timeout (seen in 3 of 26 demo runs, a minute's stall each). The groups are read from
-a snapshot taken in one step instead. Receives themselves cannot take a lock: they long-poll
-inside moto.
+SQS: moto's receive walks a queue's messages and in-flight set in Python while other threads'
+receives and deletes change them. A receive then fails after it may have taken messages, which
+stay hidden for a whole visibility timeout and count a receive: "Set changed size during
+iteration" (3 of 26 demo runs), and, when two receives both move a message past its
+maxReceiveCount to the DLQ, "list.remove(x): x not in list" (a chaos run). AWS does each
+operation atomically. Here every SQS operation of moto's request handlers runs behind one
+lock too, and a long-polling receive waits for messages with the lock released (a condition on
+it, notified whenever a message is added), so waiting never blocks the other requests.
 
 Process-wide, so it holds for the embedded server's threads and for in-process ``mock_aws``.
 """
@@ -25,6 +27,8 @@ from typing import Any
 from botocore.session import get_session
 
 _lock = threading.RLock()
+# SQS's own lock, as a condition: long polls wait on it (which releases it) for a message to arrive.
+_sqs_changed = threading.Condition(threading.RLock())
 _installed = False
 
 
@@ -37,13 +41,37 @@ def _locked(operation: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _pending_message_groups(queue: Any) -> set[str]:
-    """The groups of a queue's in-flight messages, from a copy of the set (made in one step, under the GIL)."""
-    return {message.group_id for message in list(queue.pending_messages) if message.group_id is not None}
+def _locked_sqs(operation: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(operation)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with _sqs_changed:
+            return operation(*args, **kwargs)
+
+    return run
+
+
+def _wait_for_messages(queue: Any, timeout: int) -> None:
+    """A long poll's wait: the SQS lock is released until a message is added or ``timeout`` passes.
+
+    Always a wait, never a check: a visible message the receive cannot take (its FIFO group is in
+    flight) would otherwise keep it spinning with the lock held, and no delete could free the group.
+    """
+    with _sqs_changed:
+        _sqs_changed.wait(timeout)
+
+
+def _notifying(add_message: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    @functools.wraps(add_message)
+    def add(queue: Any, message: Any) -> None:
+        with _sqs_changed:
+            add_message(queue, message)
+            _sqs_changed.notify_all()
+
+    return add
 
 
 def install() -> None:
-    """Serialise moto's DynamoDB operations, snapshot SQS's in-flight groups; idempotent.
+    """Serialise moto's DynamoDB and SQS operations (long polls wait outside the lock); idempotent.
 
     moto is imported here: it is a local-only dependency.
     """
@@ -55,13 +83,20 @@ def install() -> None:
         from moto.dynamodb.responses import DynamoHandler
         from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
         from moto.sqs.models import Queue
+        from moto.sqs.responses import SQSResponse
 
-        Queue.pending_message_groups = property(_pending_message_groups)  # type: ignore[method-assign,assignment]
+        Queue.wait_for_messages = _wait_for_messages  # type: ignore[method-assign,assignment]
+        Queue.add_message = _notifying(Queue.add_message)  # type: ignore[method-assign,assignment]
 
         session = get_session()
-        for handler, service in ((DynamoHandler, "dynamodb"), (DynamoDBStreamsHandler, "dynamodbstreams")):
+        services = (
+            (DynamoHandler, "dynamodb", _locked),
+            (DynamoDBStreamsHandler, "dynamodbstreams", _locked),
+            (SQSResponse, "sqs", _locked_sqs),
+        )
+        for handler, service, lock in services:
             for operation in session.get_service_model(service).operation_names:
                 name = camelcase_to_underscores(operation)
                 if callable(vars(handler).get(name)):
-                    setattr(handler, name, _locked(getattr(handler, name)))
+                    setattr(handler, name, lock(getattr(handler, name)))
         _installed = True

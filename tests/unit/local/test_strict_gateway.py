@@ -4,6 +4,7 @@ Clients here have this process's strict hooks suspended, so every refusal comes 
 server, as it would for a producer in another process or language.
 """
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -214,3 +215,41 @@ def test_only_one_of_two_racing_conditional_writes_wins(server: EmbeddedAws, mon
     assert second_outcome[0].response["Error"]["Code"] == "ConditionalCheckFailedException"
     item = dynamodb.get_item(TableName="gateway-claims", Key={"pk": {"S": "k"}})["Item"]
     assert item["writer"] == {"S": "first"}
+
+
+def test_two_receives_never_move_one_message_to_the_dlq_twice(
+    server: EmbeddedAws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A receive is held after it picked a message past maxReceiveCount for the DLQ: another receive waits.
+
+    Without the wait, both pick it, and the second to move it fails its whole receive (moto's
+    "list.remove(x): x not in list"), leaving the messages it had taken hidden.
+    """
+    from moto.sqs.models import Message
+
+    sqs = client(server, "sqs")
+    dlq = sqs.create_queue(QueueName="gateway-dlq")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": "1"})
+    url = sqs.create_queue(QueueName="gateway-redriven", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="spent")
+    sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)  # received once: the next receive moves it
+    sqs.send_message(QueueUrl=url, MessageBody="fresh")
+    pause = Pause(monkeypatch, Message, "mark_received", after=True)  # "spent" is picked for the DLQ by then
+
+    def receive() -> Any:
+        return client(server, "sqs").receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=30)
+
+    first, first_outcome = in_thread(receive)
+    assert pause.entered.wait(UNBLOCKED_S * 5)
+    second, second_outcome = in_thread(receive)
+    second.join(UNBLOCKED_S)
+    pause.release.set()
+    first.join()
+    second.join()
+
+    assert not isinstance(first_outcome[0], ClientError), first_outcome
+    assert not isinstance(second_outcome[0], ClientError), second_outcome
+    assert [message["Body"] for message in first_outcome[0]["Messages"]] == ["fresh"]
+    moved = sqs.receive_message(QueueUrl=dlq, MaxNumberOfMessages=10)["Messages"]
+    assert [message["Body"] for message in moved] == ["spent"]
