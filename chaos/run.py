@@ -44,6 +44,10 @@ DRAIN_TIMEOUT_S = 600.0
 # Queues must read empty this many times in a row: ApproximateNumberOfMessages* are approximate.
 EMPTY_READS = 3
 STOP_GRACE_S = 15.0
+# The producer waits while more than this many messages are queued or in flight: the embedded
+# AWS, one Python process, serves about a dozen jobs a second on 2 cores, and a backlog it cannot
+# serve would measure its queueing, not recovery from faults.
+MAX_BACKLOG = 300
 # At least this many SIGKILLs, spread over production and the drain.
 MIN_KILLS = 3
 # The faults the producer (this process) meets; the rest are the workers'.
@@ -219,6 +223,9 @@ class Supervisor:
         # The runtime's clients exist already: botocore copied its handlers when they were made.
         with installed(producer_faults, self._rng, events, tables, clients=(runtime.sqs, runtime.dynamodb)):
             for index, step in enumerate(steps, start=1):
+                while self._backlog(runtime, provisioned) > MAX_BACKLOG:
+                    self._watch()
+                    time.sleep(POLL_S)
                 sqs_jobs = [job for job in step if job.order is None]
                 orders = [job for job in step if job.order is not None]
                 ids = client.enqueue_many(job.request for job in sqs_jobs)
@@ -263,6 +270,12 @@ class Supervisor:
             runtime.sqs.send_message(**request)
             self.record.poison.append(entry)
 
+    @staticmethod
+    def _backlog(runtime: LocalRuntime, provisioned: Provisioned) -> int:
+        """Messages visible, delayed or in flight on the job queues."""
+        depths = [queue_depth(runtime.sqs, queue.url) for queue in provisioned.queues.values()]
+        return sum(depth.visible + depth.in_flight + depth.delayed for depth in depths)
+
     def _drain(self, runtime: LocalRuntime, provisioned: Provisioned) -> None:
         started = time.monotonic()
         deadline = started + DRAIN_TIMEOUT_S
@@ -272,8 +285,7 @@ class Supervisor:
             if self.record.kills < self.settings.kills and time.monotonic() >= last_kill_at:
                 self._kill()
             self._watch()
-            depths = [queue_depth(runtime.sqs, queue.url) for queue in provisioned.queues.values()]
-            busy = sum(depth.visible + depth.in_flight + depth.delayed for depth in depths)
+            busy = self._backlog(runtime, provisioned)
             empty_reads = empty_reads + 1 if busy == 0 and self.record.kills >= self.settings.kills else 0
             if empty_reads >= EMPTY_READS:
                 self.record.drained = True
