@@ -32,22 +32,18 @@ _sqs_changed = threading.Condition(threading.RLock())
 _installed = False
 
 
-def _locked(operation: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(operation)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with _lock:
-            return operation(*args, **kwargs)
+def _under(lock: threading.RLock | threading.Condition) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator running an operation while holding ``lock``."""
 
-    return run
+    def locked(operation: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(operation)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return operation(*args, **kwargs)
 
+        return run
 
-def _locked_sqs(operation: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(operation)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with _sqs_changed:
-            return operation(*args, **kwargs)
-
-    return run
+    return locked
 
 
 def _wait_for_messages(queue: Any, timeout: int) -> None:
@@ -90,9 +86,9 @@ def install() -> None:
 
         session = get_session()
         services = (
-            (DynamoHandler, "dynamodb", _locked),
-            (DynamoDBStreamsHandler, "dynamodbstreams", _locked),
-            (SQSResponse, "sqs", _locked_sqs),
+            (DynamoHandler, "dynamodb", _under(_lock)),
+            (DynamoDBStreamsHandler, "dynamodbstreams", _under(_lock)),
+            (SQSResponse, "sqs", _under(_sqs_changed)),
         )
         for handler, service, lock in services:
             for operation in session.get_service_model(service).operation_names:
