@@ -22,6 +22,7 @@ Process-wide, so it holds for the embedded server's threads and for in-process `
 import functools
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from botocore.session import get_session
@@ -32,7 +33,7 @@ _sqs_changed = threading.Condition(threading.RLock())
 _installed = False
 
 
-def _under(lock: threading.RLock | threading.Condition) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _under(lock: AbstractContextManager[Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A decorator running an operation while holding ``lock``."""
 
     def locked(operation: Callable[..., Any]) -> Callable[..., Any]:
