@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from conveyor.contract import limits
 from conveyor.contract.declarations import JobType
-from conveyor.contract.envelope import MAX_ID_LENGTH, Correlation, Envelope, new_job_id
+from conveyor.contract.envelope import MAX_ID_LENGTH, Correlation, Envelope, new_job_id, summarize_validation_error
 from conveyor.contract.errors import InvalidJobError
 from conveyor.contract.trace_header import SYSTEM_ATTRIBUTE, current_trace_header
 from conveyor.sdk.catalog import Catalog
@@ -64,15 +64,19 @@ def prepare(catalog: Catalog, index: int, request: JobRequest, correlation: Corr
     where = f"job {index} ({route.job_type})"
     data = catalog.payload(route, request.payload, where)
     job_id = new_job_id() if request.job_id is None else _checked_job_id(request.job_id, where)
-    body = Envelope(
-        type=route.job_type,
-        v=route.version,
-        id=job_id,
-        dedupe_key=request.dedupe_key,
-        created_at=datetime.now(UTC),
-        correlation=correlation,
-        data=data,
-    ).to_json()
+    try:
+        envelope = Envelope(
+            type=route.job_type,
+            v=route.version,
+            id=job_id,
+            dedupe_key=request.dedupe_key,
+            created_at=datetime.now(UTC),
+            correlation=correlation,
+            data=data,
+        )
+    except ValidationError as error:  # a dedupe key the worker would refuse: refused here, before any send
+        raise InvalidJobError(f"{where}: envelope: {summarize_validation_error(error)}") from error
+    body = envelope.to_json()
     size = len(body.encode())
     if size > route.max_payload_bytes:
         raise InvalidJobError(

@@ -163,6 +163,11 @@ def test_queue_urls_are_resolved_once(aws: Aws, client: JobClient) -> None:
         (JobRequest(send_welcome_email, {"user_id": "u"}, job_id=""), "job_id must be 1 to 128 letters, digits or"),
         (JobRequest(send_welcome_email, {"user_id": "u"}, job_id="a b"), "job_id must be 1 to 128 letters"),
         (JobRequest(send_welcome_email, {"user_id": "u"}, job_id="x" * 129), "job_id must be 1 to 128 letters"),
+        (
+            JobRequest(send_welcome_email, {"user_id": "u"}, dedupe_key="signup\x00-7"),
+            "job 1 (send_welcome_email): envelope: dedupe_key: Value error, holds a character SQS cannot carry",
+        ),
+        (JobRequest(send_welcome_email, {"user_id": "u"}, dedupe_key=""), "envelope: dedupe_key: String should have"),
     ],
 )
 def test_misuse_fails_before_anything_is_sent(aws: Aws, client: JobClient, request_: JobRequest, message: str) -> None:
