@@ -23,7 +23,7 @@ export JSII_DEPRECATED := fail
 # Synth needs no account: give the SDK a region and never let it look for credentials.
 SYNTH_ENV := AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 
-.PHONY: help setup lint typecheck unit synth cfn-lint test demo chaos diff deploy schema api-docs dist clean
+.PHONY: help setup lint typecheck unit synth cfn-lint test demo chaos bench diff deploy schema api-docs dist clean
 
 help:
 	@echo "make demo    - the whole platform on this machine, a scenario run end to end and checked"
@@ -32,6 +32,7 @@ help:
 	@echo "make diff    - cdk diff against your AWS account (needs credentials)"
 	@echo "make deploy  - cdk deploy to your AWS account (needs credentials)"
 	@echo "make chaos   - 10,000 jobs under crashes, kills, throttles and bad input; writes docs/reliability.md"
+	@echo "make bench   - benchmarks against anchors run beside them; writes docs/benchmarks.md and bench/results.json"
 	@echo "make dist    - the conveyor wheel and sdist into dist/"
 	@echo "make api-docs - regenerate docs/api.md, the public API, from the code"
 
@@ -83,6 +84,10 @@ schema: $(PY_STAMP)
 # CHAOS_ARGS="--seed 2 --quick" to replay a seed or run the short mix; python -m chaos --help lists them.
 chaos: $(PY_STAMP)
 	$(BIN)/python -m chaos $(CHAOS_ARGS)
+
+# BENCH_ARGS="--quick" for tiny sizes; python -m bench --help lists them.
+bench: $(PY_STAMP)
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 demo: $(PY_STAMP)
 	$(BIN)/conveyor local demo
