@@ -1,6 +1,5 @@
 """Lambda entry point for every stream relay; the source (outbox or a table) comes from the environment."""
 
-from conveyor.contract.loader import load_topology
 from conveyor.worker.relay import make_relay_handler
 
-handler = make_relay_handler(load_topology())
+handler = make_relay_handler()

@@ -12,17 +12,15 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from conveyor.contract import limits
 from conveyor.contract.errors import ContractError
 from conveyor.contract.reasons import Reason
+from conveyor.contract.sqs_text import first_uncarried
 
 MAX_ID_LENGTH = 128
 # RFC 3339's date-time (section 5.6), with the space its note allows between date and time.
 _RFC3339 = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
 )
-# What SQS carries in a body or a string attribute: a job's identifiers end up in both.
-_SQS_TEXT = re.compile(f"[{limits.SQS_BODY_CHARACTERS}]*")
 
 
 class Correlation(BaseModel):
@@ -71,7 +69,7 @@ class Envelope(BaseModel):
     @classmethod
     def _sqs_characters(cls, value: str | None) -> str | None:
         """A job's identifiers reach message attributes (a dead letter's type and id): they hold what SQS carries."""
-        if value is not None and not _SQS_TEXT.fullmatch(value):
+        if value is not None and first_uncarried(value):
             raise ValueError("holds a character SQS cannot carry (a control character, U+FFFE or U+FFFF)")
         return value
 

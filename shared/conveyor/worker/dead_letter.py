@@ -4,7 +4,6 @@ The send happens before the source message is acknowledged; if it fails the reco
 reported as failed and redelivered, so a dead letter is never dropped.
 """
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +16,7 @@ from conveyor.contract import message_attributes as attrs
 from conveyor.contract.reasons import Reason
 from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.sizes import attribute_bytes, message_bytes, utf8_bytes
+from conveyor.contract.sqs_text import replace_uncarried
 
 logger = Logger(service=SERVICE_NAME)
 
@@ -26,7 +26,6 @@ MAX_ERROR_CLASS_CHARS = 256
 # A job type or redrive id as the message named it: an undeclared type, or a forged id, may be any length.
 MAX_NAME_CHARS = 256
 # A string attribute's value takes what a body takes; any other character is replaced.
-_NOT_CARRIED = re.compile(f"[^{limits.SQS_BODY_CHARACTERS}]")
 REPLACEMENT = "\ufffd"
 
 
@@ -49,7 +48,7 @@ def truncate(text: str, limit: int = MAX_ERROR_CHARS) -> str:
 
     An error may quote anything a message held: a payload's key with a NUL in it, say.
     """
-    text = _NOT_CARRIED.sub(REPLACEMENT, text)
+    text = replace_uncarried(text, REPLACEMENT)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -33,6 +33,7 @@ from conveyor.contract import message_attributes as attrs
 from conveyor.contract.declarations import Queue, StreamImage, StreamRule
 from conveyor.contract.envelope import MAX_ID_LENGTH, Correlation, parse_envelope
 from conveyor.contract.errors import ContractError, DeclarationError
+from conveyor.contract.loader import load_topology
 from conveyor.contract.reasons import Reason
 from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
 from conveyor.contract.settings import SERVICE_NAME
@@ -42,7 +43,7 @@ from conveyor.sdk.catalog import TopologyCatalog
 from conveyor.sdk.prepare import JOB_ID_PATTERN, JobRequest, PreparedJob, chunks, message_entry, prepare
 from conveyor.worker.dead_letter import DeadLetterQueue, reason_attributes
 from conveyor.worker.metrics import metric_set
-from conveyor.worker.tracing import tracer
+from conveyor.worker.tracing import traced
 
 logger = Logger(service=SERVICE_NAME)
 
@@ -265,20 +266,21 @@ def _rule_payload(rule: StreamRule, image: StreamImage) -> Mapping[str, Any] | N
         raise ContractError(Reason.STREAM_RULE_FAILED, f"rule {rule.name!r} raised {type(error).__name__}") from error
 
 
-def make_relay_handler(topology: Topology) -> LambdaHandler:
+def make_relay_handler(topology: Topology | None = None) -> LambdaHandler:
     """The Lambda entry point for a relay; the source and queues come from the environment on the first call.
 
-    Built lazily, as the worker's is, so the environment is read inside Lambda (or a test).
+    ``topology`` defaults to the project's own, loaded now, as ``make_handler``'s does (and for the
+    same cold-start reason: this module imports Powertools' batch types before pydantic). The relay
+    is built lazily, as the worker's is, so the environment is read inside Lambda (or a test).
     """
+    declared = topology or load_topology()
     relay: Relay | None = None
 
     @logger.inject_lambda_context(clear_state=True)
     def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
         nonlocal relay
         if relay is None:
-            relay = Relay(topology, RelaySettings.from_environment(os.environ), sqs_client=boto3.client("sqs"))
+            relay = Relay(declared, RelaySettings.from_environment(os.environ), sqs_client=boto3.client("sqs"))
         return relay.handle(event)
 
-    # The response lists failed sequence numbers only; not worth X-Ray metadata.
-    traced: LambdaHandler = tracer.capture_lambda_handler(handler, capture_response=False)
-    return traced
+    return traced(handler)

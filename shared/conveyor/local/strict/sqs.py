@@ -7,6 +7,7 @@ from typing import Any
 
 from conveyor.contract import limits
 from conveyor.contract.sizes import message_bytes
+from conveyor.contract.sqs_text import first_uncarried
 from conveyor.local.strict.violation import EntryFailures, Rule, Violation
 
 SEND_MESSAGE = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html"
@@ -25,7 +26,6 @@ MISSING = "MissingParameter"
 QUERY_PREFIX = "AWS.SimpleQueueService."
 
 _ATTRIBUTE_NAME = re.compile(limits.SQS_ATTRIBUTE_NAME_PATTERN)
-_BAD_BODY_CHARACTER = re.compile(f"[^{limits.SQS_BODY_CHARACTERS}]")
 _ENTRY_ID = re.compile(limits.SQS_BATCH_ENTRY_ID_PATTERN)
 # Group and deduplication ids: alphanumeric characters and punctuation (!"#$%&'()*+,-./:;<=>?@[\]^_`{|}~).
 _MESSAGE_ID_FIELD = re.compile(r"[!-~]+")
@@ -103,7 +103,7 @@ def _check_message(message: Mapping[str, Any], *, fifo: bool) -> None:
     body = message.get("MessageBody")
     if not body:
         raise Violation(MISSING, "The request must contain the parameter MessageBody.", citation=SEND_MESSAGE)
-    bad = _BAD_BODY_CHARACTER.search(body)
+    bad = first_uncarried(body)
     if bad:
         raise Violation(
             "InvalidMessageContents",
