@@ -39,7 +39,7 @@ from conveyor.worker.checkpoints import CheckpointStore, Chunk, Progress
 from conveyor.worker.classify import FailureKind, classify
 from conveyor.worker.dead_letter import DeadLetterQueue, Failure, failure_attributes
 from conveyor.worker.delivery import Delivery
-from conveyor.worker.heartbeat import DEADLINE_MARGIN, Heartbeat, lease_for
+from conveyor.worker.heartbeat import DEADLINE_MARGIN, Heartbeats, lease_for
 from conveyor.worker.idempotency import IdempotentRunner, record_lifetime
 from conveyor.worker.missed_runs import ScheduledRuns
 from conveyor.worker.outcomes import JobOutcome, Kind, Observer, ignore
@@ -107,6 +107,7 @@ class Harness:
         self.queue = topology.queue(settings.queue)
         self._sqs = sqs_client
         self._dlq = DeadLetterQueue(sqs_client, settings.dlq_url)
+        self._heartbeats = Heartbeats(sqs_client, queue_url=settings.queue_url, lease=lease_for(self.queue))
         self._runners = {
             job_type.name: IdempotentRunner(
                 job_type, table_name=settings.idempotency_table, dynamodb_client=dynamodb_client
@@ -242,7 +243,12 @@ class Harness:
                 except Continued as continued:
                     logger.info("job continues in its next chunk", extra={"next_job_id": continued.next_job_id})
 
-        heartbeat = self._heartbeat(record, envelope, deadline)
+        # The message stays hidden while the job runs, never past the invocation's deadline and margin.
+        heartbeat = self._heartbeats.keep(
+            receipt_handle=record.receipt_handle,
+            job_id=envelope.id,
+            hold_until=deadline + DEADLINE_MARGIN.total_seconds(),
+        )
         try:
             with job_subsegment(job_type.name, envelope.id, record.attributes.aws_trace_header), heartbeat:
                 ran = self._runners[job_type.name].run(key, call_handler)
@@ -261,17 +267,6 @@ class Harness:
             self._report(kind, delivery, envelope, started_at=now)
         finally:
             logger.thread_safe_remove_keys(bound)
-
-    def _heartbeat(self, record: SQSRecord, envelope: Envelope, deadline: float) -> Heartbeat:
-        """Keeps the record's message hidden while its job runs, never past the invocation's ``deadline`` and margin."""
-        return Heartbeat(
-            self._sqs,
-            queue_url=self._settings.queue_url,
-            receipt_handle=record.receipt_handle,
-            job_id=envelope.id,
-            lease=lease_for(self.queue),
-            hold_until=deadline + DEADLINE_MARGIN.total_seconds(),
-        )
 
     def _progress(
         self, record: SQSRecord, envelope: Envelope, job_type: JobType[Any], payload: BaseModel, key: str

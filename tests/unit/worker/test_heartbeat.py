@@ -10,6 +10,7 @@ second receive finds.
 import json
 import math
 import random
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from conveyor.contract.declarations import Queue, RetryPolicy, job
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
 from conveyor.contract.topology import Topology
-from conveyor.worker.heartbeat import BEATS_PER_LEASE, Heartbeat, lease_for, visibility_for
+from conveyor.worker.heartbeat import BEATS_PER_LEASE, Heartbeats, lease_for, visibility_for
 from tests.aws import Aws
 from tests.harness_support import DEFAULT_SEED, QueueDriver, envelope
 
@@ -154,13 +155,8 @@ def test_heartbeat_of_a_hung_job_lets_the_message_go_at_the_hold(slow: QueueDriv
 
     with (
         visibility_changes(slow.aws.sqs) as changes,
-        Heartbeat(
-            slow.aws.sqs,
-            queue_url=slow.url,
-            receipt_handle=record["receiptHandle"],
-            job_id="job-hung",
-            lease=LEASE,
-            hold_until=hold_until,
+        Heartbeats(slow.aws.sqs, queue_url=slow.url, lease=LEASE).keep(
+            receipt_handle=record["receiptHandle"], job_id="job-hung", hold_until=hold_until
         ),
     ):
         time.sleep(3.0)  # the job hangs past the hold
@@ -186,13 +182,80 @@ class ThrottledSqs:
 def test_failed_renewal_is_logged_and_the_heartbeat_carries_on(caplog: pytest.LogCaptureFixture) -> None:
     sqs = ThrottledSqs()
 
-    with Heartbeat(
-        sqs, queue_url="q", receipt_handle="r", job_id="job-t", lease=LEASE, hold_until=time.monotonic() + FAR_AWAY_S
+    with Heartbeats(sqs, queue_url="q", lease=LEASE).keep(
+        receipt_handle="r", job_id="job-t", hold_until=time.monotonic() + FAR_AWAY_S
     ):
         time.sleep(INTERVAL_S * 3)
 
     assert sqs.attempts >= 2
     assert [r.getMessage() for r in caplog.records].count("could not extend a running job's visibility") >= 2
+
+
+class RecordingSqs:
+    """An SQS client that records each ChangeMessageVisibility; ``hold`` makes a call wait until released."""
+
+    def __init__(self) -> None:
+        self.handles: list[str] = []
+        self.called = threading.Event()
+        self.hold = threading.Event()
+        self.hold.set()
+
+    def change_message_visibility(self, **request: Any) -> None:
+        self.handles.append(request["ReceiptHandle"])
+        self.called.set()
+        self.hold.wait(FAR_AWAY_S)
+
+
+def heartbeat_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "conveyor-heartbeats"]
+
+
+def test_short_jobs_make_no_call_and_share_one_thread() -> None:
+    sqs = RecordingSqs()
+    heartbeats = Heartbeats(sqs, queue_url="q", lease=LEASE)
+    before = len(heartbeat_threads())
+
+    for n in range(50):
+        with heartbeats.keep(receipt_handle=f"r{n}", job_id=f"job-{n}", hold_until=time.monotonic() + FAR_AWAY_S):
+            pass
+
+    assert sqs.handles == []
+    assert len(heartbeat_threads()) == before + 1
+
+
+def test_jobs_running_at_once_are_each_renewed() -> None:
+    sqs = RecordingSqs()
+    heartbeats = Heartbeats(sqs, queue_url="q", lease=LEASE)
+    hold_until = time.monotonic() + FAR_AWAY_S
+
+    with (
+        heartbeats.keep(receipt_handle="a", job_id="job-a", hold_until=hold_until),
+        heartbeats.keep(receipt_handle="b", job_id="job-b", hold_until=hold_until),
+    ):
+        wait_past_a_renewal()
+
+    assert sorted(set(sqs.handles)) == ["a", "b"]
+
+
+def test_leaving_waits_for_a_renewal_in_flight_so_none_lands_after() -> None:
+    sqs = RecordingSqs()
+    sqs.hold.clear()
+    heartbeats = Heartbeats(sqs, queue_url="q", lease=LEASE)
+    left = threading.Event()
+
+    def run_job() -> None:
+        with heartbeats.keep(receipt_handle="r", job_id="job-r", hold_until=time.monotonic() + FAR_AWAY_S):
+            assert sqs.called.wait(FAR_AWAY_S)
+        left.set()
+
+    job = threading.Thread(target=run_job)
+    job.start()
+    assert sqs.called.wait(FAR_AWAY_S)
+    assert not left.wait(INTERVAL_S), "left while its renewal was still being sent"
+    sqs.hold.set()
+    job.join(FAR_AWAY_S)
+    assert left.is_set()
+    assert sqs.handles == ["r"]
 
 
 # --- in the harness ------------------------------------------------------------------------------
