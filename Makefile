@@ -6,6 +6,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 NODE_STAMP := node_modules/.installed
 CDK := node_modules/.bin/cdk
 CDK_OUT := cdk.out
@@ -85,8 +86,13 @@ schema: $(PY_STAMP)
 chaos: $(PY_STAMP)
 	$(BIN)/python -m chaos $(CHAOS_ARGS)
 
+# The `bench` extra (Celery on kombu's SQS transport, the Celery row) on top of everything `make test` has.
+$(BENCH_STAMP): $(PY_STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	touch $@
+
 # BENCH_ARGS="--quick" for tiny sizes; python -m bench --help lists them.
-bench: $(PY_STAMP)
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 demo: $(PY_STAMP)

@@ -12,6 +12,7 @@ import boto3
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 
+from conveyor.cli.cost_commands import cost
 from conveyor.cli.local_commands import local
 from conveyor.cli.ops_commands import COMMANDS
 from conveyor.cli.produce_commands import backfill, enqueue
@@ -79,6 +80,7 @@ for command in COMMANDS:
     cli.add_command(command)
 cli.add_command(enqueue)
 cli.add_command(backfill)
+cli.add_command(cost)
 
 
 @cli.command()

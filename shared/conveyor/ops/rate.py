@@ -39,14 +39,22 @@ class RateLimiter:
         self._next = max(self._next, now) + self._interval
 
 
+# A month of 730 hours: a twelfth of a 365-day year, so a year is twelve of them.
+SECONDS_PER_MONTH = 365 * 24 * 3600 // 12
+# What a rate may be per: "5" is per second; "m" and "min" are both a minute.
+RATE_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "day": 86_400, "month": SECONDS_PER_MONTH}
+
+
 def parse_rate(text: str) -> float:
-    """``"5/s"``, ``"5"``, ``"300/m"`` -> operations per second."""
+    """``"5/s"``, ``"5"``, ``"300/m"``, ``"1e9/month"`` -> operations per second."""
     number, _, unit = text.strip().partition("/")
-    per = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}.get(unit.strip())
+    per = RATE_UNITS.get(unit.strip())
     try:
         value = float(number)
     except ValueError:
         value = 0.0
     if per is None or not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"rate {text!r}: expected a positive number per second, minute or hour, e.g. 5/s or 300/m")
+        raise ValueError(
+            f"rate {text!r}: expected a positive number per s, min, h, day or month, e.g. 5/s, 300/min or 1e9/month"
+        )
     return value / per

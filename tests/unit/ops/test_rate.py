@@ -69,13 +69,25 @@ def test_a_rate_that_cannot_pace_is_refused(per_second: float) -> None:
 
 @pytest.mark.parametrize(
     ("text", "per_second"),
-    [("5/s", 5.0), ("5", 5.0), (" 2.5 / s ", 2.5), ("300/m", 5.0), ("7200/h", 2.0), ("1/m", 1 / 60)],
+    [
+        ("5/s", 5.0),
+        ("5", 5.0),
+        (" 2.5 / s ", 2.5),
+        ("300/m", 5.0),
+        ("300/min", 5.0),
+        ("7200/h", 2.0),
+        ("1/m", 1 / 60),
+        (" 4320000/day ", 50.0),
+        ("2628000/month", 1.0),
+    ],
 )
-def test_parse_rate_reads_per_second_minute_and_hour(text: str, per_second: float) -> None:
+def test_parse_rate_reads_every_unit(text: str, per_second: float) -> None:
     assert parse_rate(text) == pytest.approx(per_second)
 
 
-@pytest.mark.parametrize("text", ["", "/s", "0/s", "-5/s", "five/s", "5/d", "5/sec", "inf/s", "nan", "1e999/s"])
+@pytest.mark.parametrize(
+    "text", ["", "/s", "0/s", "-5/s", "five/s", "5/d", "5/sec", "5/week", "inf/s", "nan", "1e999/s"]
+)
 def test_parse_rate_refuses_what_is_not_a_positive_finite_rate(text: str) -> None:
-    with pytest.raises(ValueError, match=r"expected a positive number per second, minute or hour, e\.g\. 5/s"):
+    with pytest.raises(ValueError, match=r"expected a positive number per s, min, h, day or month, e\.g\. 5/s"):
         parse_rate(text)
