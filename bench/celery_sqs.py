@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import boto3
 from botocore.handlers import BUILTIN_HANDLERS
 
-from bench.skipped import Skipped
+from bench.skipped import CannotRunError
 from conveyor.local.embedded import LOCAL_CREDENTIALS, REGION
 
 TASK_NAME = "bench.noop"
@@ -125,15 +125,17 @@ def noop(n: int) -> None:
 
 
 def _versions() -> tuple[str, str]:
-    """Celery's and kombu's versions, or Skipped when the `bench` extra is not installed."""
+    """Celery's and kombu's versions, or CannotRunError when the `bench` extra is not installed."""
     try:
         import celery
         import kombu
     except ImportError as error:
-        raise Skipped(f"Celery is not installed ({error}): pip install -e '.[bench]'") from error
+        raise CannotRunError(f"Celery is not installed ({error}): pip install -e '.[bench]'") from error
     # kombu's HTTP client for SQS receives: without it the worker cannot poll.
     if importlib.util.find_spec("pycurl") is None:
-        raise Skipped("pycurl, which kombu's SQS transport receives with, is not installed: pip install -e '.[bench]'")
+        raise CannotRunError(
+            "pycurl, which kombu's SQS transport receives with, is not installed: pip install -e '.[bench]'"
+        )
     return str(celery.__version__), str(kombu.__version__)
 
 
@@ -152,20 +154,20 @@ class _Worker:
                 self._reports.put(json.loads(line))
 
     def wait(self, event: str, timeout_s: float, failure: Callable[[], str]) -> dict[str, Any]:
-        """The worker's report of ``event``; Skipped, with the worker's log, if it exits or times out first."""
+        """The worker's report of ``event``; CannotRunError, with the worker's log, if it exits or times out first."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
                 report = self._reports.get(timeout=0.1)
             except queue.Empty:
                 if self.process.poll() is not None:
-                    raise Skipped(
+                    raise CannotRunError(
                         f"the Celery worker exited with code {self.process.returncode}; {self._tail()}"
                     ) from None
                 continue
             if report["event"] == event:
                 return report
-        raise Skipped(f"{failure()}; {self._tail()}")
+        raise CannotRunError(f"{failure()}; {self._tail()}")
 
     def _tail(self) -> str:
         self._log.seek(0)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.celery_sqs import measure
-from bench.skipped import Skipped
+from bench.skipped import CannotRunError
 from conveyor.local.embedded import EmbeddedAws, free_port
 
 TASKS = 20
@@ -32,7 +32,7 @@ def endpoint() -> Iterator[str]:
 def test_without_celery_the_row_is_skipped_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "celery", None)  # `import celery` raises ImportError
 
-    with pytest.raises(Skipped, match=r"Celery is not installed .*pip install -e '\.\[bench\]'"):
+    with pytest.raises(CannotRunError, match=r"Celery is not installed .*pip install -e '\.\[bench\]'"):
         measure("http://127.0.0.1:1", tasks=TASKS)
 
 
@@ -40,7 +40,7 @@ def test_without_pycurl_the_row_is_skipped_with_its_reason(monkeypatch: pytest.M
     pytest.importorskip("celery", reason="the bench extra is not installed: make bench installs it")
     monkeypatch.setitem(sys.modules, "pycurl", None)  # importlib finds no pycurl
 
-    with pytest.raises(Skipped, match="pycurl"):
+    with pytest.raises(CannotRunError, match="pycurl"):
         measure("http://127.0.0.1:1", tasks=TASKS)
 
 

@@ -16,7 +16,6 @@ from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
 from conveyor.contract.topology import Topology
 from conveyor.ops.cost import (
-    SECONDS_PER_MONTH,
     Assumptions,
     CostInputError,
     Profile,
@@ -31,7 +30,7 @@ from conveyor.ops.cost import (
     workload,
 )
 from conveyor.ops.price_table import CostDataError, Meter, PriceTable, Service, load_prices
-from conveyor.ops.rate import parse_rate
+from conveyor.ops.rate import SECONDS_PER_MONTH, parse_rate
 from conveyor.ops.stats import JobStats
 from functions.topology import TOPOLOGY
 

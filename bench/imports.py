@@ -1,0 +1,95 @@
+"""Row 4: cold import of the worker's entry point against a bare Powertools handler (bench/bare_handler.py).
+
+Each import runs in a fresh interpreter with ``-X importtime``; the figure is the top-level
+module's cumulative time, the median of several runs. One untimed run of each comes first, so
+that both read compiled bytecode, as a deployed package does. The environment is Lambda's as the
+stack sets it (``LAMBDA_TASK_ROOT``, active tracing, the topology named by ``CONVEYOR_TOPOLOGY``),
+so each module does at import what it does on a cold start in Lambda, and nothing else.
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.figures import Figure, Row, Target
+from conveyor.contract.loader import TOPOLOGY_ENV, topology_spec
+
+KEY = "cold_import"
+TITLE = "Cold import of the worker entry point vs a bare Powertools handler with the same utilities"
+TARGET = Target(1.0)
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = "functions.worker"
+BARE = "bench.bare_handler"
+PREFIX = "import time:"
+MILLISECONDS_PER_US = 1 / 1000
+# Passed through from this process: where the interpreter finds its programs and its home.
+KEPT_ENVIRONMENT = ("PATH", "HOME", "LANG", "TMPDIR")
+
+
+def cumulative_us(report: str, module: str) -> int:
+    """The cumulative microseconds ``-X importtime`` reports for ``module`` imported at the top level.
+
+    Lines read ``import time: <self> | <cumulative> | <indent><name>``, two spaces of indent per
+    level of nesting; a top-level import has none.
+    """
+    for line in report.splitlines():
+        if not line.startswith(PREFIX):
+            continue
+        parts = line[len(PREFIX) :].split("|")
+        if len(parts) == 3 and parts[2].removeprefix(" ") == module and parts[1].strip().isdigit():
+            return int(parts[1])
+    raise ValueError(f"no top-level import of {module} in the -X importtime report")
+
+
+def lambda_environment() -> dict[str, str]:
+    """What a worker function's process has at import, as far as the import looks."""
+    kept = {name: os.environ[name] for name in KEPT_ENVIRONMENT if name in os.environ}
+    return kept | {
+        "LAMBDA_TASK_ROOT": str(ROOT),
+        "AWS_LAMBDA_FUNCTION_NAME": "conveyor-default-worker",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        TOPOLOGY_ENV: topology_spec(),
+    }
+
+
+def import_us(module: str, environment: dict[str, str]) -> int:
+    """One cold import of ``module`` in a fresh interpreter."""
+    done = subprocess.run(  # noqa: S603 - this interpreter, a module name of this package
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"importing {module} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return cumulative_us(done.stderr, module)
+
+
+def measure(*, runs: int) -> Row:
+    environment = lambda_environment()
+    for module in (WORKER, BARE):
+        import_us(module, environment)
+    times: dict[str, list[int]] = {WORKER: [], BARE: []}
+    for _ in range(runs):
+        for module in (WORKER, BARE):
+            times[module].append(import_us(module, environment))
+    figure = Figure(
+        name=f"import {WORKER}",
+        value=statistics.median(times[WORKER]) * MILLISECONDS_PER_US,
+        unit="ms",
+        anchor=statistics.median(times[BARE]) * MILLISECONDS_PER_US,
+        anchor_label=f"import {BARE}",
+        target=TARGET,
+    )
+    notes = (
+        f"Median of {runs} fresh interpreters each (`python -X importtime`), after one untimed import of each.",
+        "Lambda's environment as the stack sets it: active tracing (so both build a Tracer), the topology "
+        f"named by {TOPOLOGY_ENV}. The worker's figure includes loading the project's declarations "
+        "(its job modules), which a bare handler does not have.",
+    )
+    return Row(KEY, TITLE, (figure,), notes=notes, data={"import_us": times})
