@@ -87,10 +87,10 @@ class RawPowertools:
     Powertools log line and the same four EMF values (count, duration, queue wait, end to end).
     """
 
-    def __init__(self, topology: Topology, dynamodb: Any, *, observed: bool = False) -> None:
+    def __init__(self, topology: Topology, dynamodb: Any, *, table: str = TABLE, observed: bool = False) -> None:
         self._topology = topology
         self._config = IdempotencyConfig(event_key_jmespath="key")
-        persistence = DynamoDBPersistenceLayer(table_name=TABLE, key_attr="id", boto3_client=dynamodb)
+        persistence = DynamoDBPersistenceLayer(table_name=table, key_attr="id", boto3_client=dynamodb)
         self._run = idempotent_function(
             _run_once, data_keyword_argument="job", persistence_store=persistence, config=self._config
         )
