@@ -30,8 +30,8 @@ from conveyor.sdk.prepare import JobRequest
 from tests.e2e.conftest import JOBS, ROOT, TOPOLOGY_SPEC, InProcess, LocalAws, run_cli, wait_until
 from tests.fixtures.e2e_topology import QUEUE, TOPOLOGY, record_key
 
-# Long enough for a paused poller to have received anything it wrongly would: a control read
-# (1s) plus a long poll (1s), twice over.
+# Long enough for a paused poller to have invoked anything it wrongly would: a long poll already
+# waiting as the pause came returns the jobs as soon as they are sent, and must give them back.
 PAUSE_OBSERVATION_S = 4.0
 EXIT_ABORTED = 130
 STALE = timedelta(days=30)

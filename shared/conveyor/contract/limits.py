@@ -56,6 +56,10 @@ VISIBILITY_TO_TIMEOUT_RATIO = 6
 # AWS recommends maxReceiveCount of at least 5 so throttled batches are not dead-lettered.
 MIN_MAX_RECEIVE_COUNT = 5
 
+# https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html
+# "Lambda polls shards in your DynamoDB stream for records at a base rate of 4 times per second."
+LAMBDA_STREAM_POLL_INTERVAL = timedelta(milliseconds=250)
+
 # https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html
 LAMBDA_MAX_TIMEOUT = timedelta(minutes=15)
 LAMBDA_MIN_MEMORY_MB = 128

@@ -6,6 +6,9 @@ that stream rules read) gets its relay behind the stream mapping's emulator; dec
 fire from the scheduler emulator (conveyor.local.scheduler). Stopping drains: schedules stop
 firing, pollers stop receiving, and in-flight batches finish within a grace period or return to
 their queue when their visibility timeout lapses (a stream is read again from its start by the next run).
+
+Idle, the whole of it costs under a request a second: a long poll per queue, a read of every
+queue's mapping state every few seconds, and stream reads that back off while the streams are quiet.
 """
 
 import os
@@ -23,7 +26,7 @@ from conveyor.contract import naming
 from conveyor.contract.topology import Topology
 from conveyor.local.embedded import LOCAL_CREDENTIALS, REGION, LocalRuntimeError
 from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
-from conveyor.local.event_source import QueuePoller
+from conveyor.local.event_source import QueuePoller, StateReader
 from conveyor.local.provision import Provisioned, provision
 from conveyor.local.scheduler import LocalScheduler, ScheduleClock
 from conveyor.local.stream_source import StreamPoller
@@ -72,6 +75,7 @@ class LocalRuntime:
         self.stream_pollers: dict[str, StreamPoller] = {}
         self._provisioned: Provisioned | None = None
         self._scheduler: LocalScheduler | None = None
+        self._states: StateReader | None = None
 
     @property
     def scheduler(self) -> LocalScheduler:
@@ -103,7 +107,7 @@ class LocalRuntime:
         sys.stdout = EmfForwarder(sys.stdout, self.cloudwatch, raw_values)
         # The stack gives every worker these variables; here all workers share one process.
         os.environ.update(provisioned.table_environment())
-        # What `conveyor pause/resume/concurrency` change locally; each poller reads its queue's state.
+        # What `conveyor pause/resume/concurrency` change locally, read for every queue at once.
         event_sources = LocalEventSources(self.dynamodb, provisioned.event_sources_table)
         for queue in self.topology.queues:
             metrics = JobMetrics()
@@ -120,9 +124,11 @@ class LocalRuntime:
                 handler=Worker(harness, metrics).handle,
                 sqs=self.sqs,
                 function_name=f"{naming.queue_name(queue.name)}-worker",
-                control=partial(event_sources.state, queue.name),
             )
             self.pollers[queue.name] = poller
+        self._states = StateReader(partial(event_sources.states, list(self.pollers)), self.pollers)
+        self._states.start()  # first: a queue paused before the start must not receive even briefly
+        for poller in self.pollers.values():
             poller.start()
         for source, stream_arn in provisioned.streams.items():
             relay = Relay(self.topology, provisioned.relay_settings(source), sqs_client=self.sqs)
@@ -147,10 +153,14 @@ class LocalRuntime:
         """Stop firing and receiving, wait up to ``grace_s`` for in-flight batches; True if none was left running."""
         deadline = time.monotonic() + grace_s
         stopped = self._scheduler is None or self._scheduler.stop(grace_s)
-        pollers: list[QueuePoller | StreamPoller] = [*self.pollers.values(), *self.stream_pollers.values()]
-        for poller in pollers:
-            poller.stop()
-        finished = all(poller.join(deadline) for poller in pollers) and stopped
+        threads: list[StateReader | QueuePoller | StreamPoller] = [
+            *([self._states] if self._states is not None else []),
+            *self.pollers.values(),
+            *self.stream_pollers.values(),
+        ]
+        for thread in threads:
+            thread.stop()
+        finished = all(thread.join(deadline) for thread in threads) and stopped
         if self._stdout is not None:
             sys.stdout, self._stdout = self._stdout, None
         return finished

@@ -22,14 +22,24 @@ The settings are the deployed mapping's (``conveyor.contract.relay_mapping``), a
 A batch being retried is kept in memory, not read again; a shard's checkpoint (where a new
 iterator starts after a failed read) moves once everything that read returned is done or given up on.
 
+Polling: while records come, shards are read again at once; once a pass reads nothing, the waits
+grow from Lambda's 250 ms (it polls each shard four times a second) to ``IDLE_POLL_CAP_S``, and
+the first records reset them. The shards are listed (DescribeStream) at the start, every
+``SHARD_LISTING_S`` and once a shard has ended, rather than on every pass.
+
 moto workaround: an ``update_item`` that creates an item makes moto emit two INSERT records,
 the first with only the key, where DynamoDB emits one. An INSERT whose NewImage is just its
 Keys, followed by an INSERT of the same keys, is dropped; a read that ends with such a record
 holds it back until the next read shows what follows it.
 
-moto workaround: a canceled TransactWriteItems puts back a copy of every table it touched, so
-an iterator opened before it reads a stream that nothing is written to any more. A read that
-returns nothing drops its iterator; the next read opens one after the checkpoint.
+moto workaround: a canceled TransactWriteItems puts back a copy, taken before it, of every table
+it touched, so an iterator opened before the cancel goes on reading the discarded table's stream:
+it returns the records of the canceled transaction's writes, and never those written after, which
+reuse their sequence numbers (checked on moto 5.2.5; an iterator is otherwise right after an
+empty read: it stays at the same sequence number). So an iterator is kept only while reads return
+records (as Lambda reads on at once then): a read that returns nothing drops it, and the next read
+opens one after the checkpoint. An idle poll therefore costs two requests, GetShardIterator and
+GetRecords, which ``IDLE_POLL_CAP_S`` allows for.
 """
 
 import base64
@@ -45,16 +55,21 @@ from datetime import UTC, datetime, timedelta
 from itertools import takewhile
 from typing import Any, cast
 
-from conveyor.contract import relay_mapping
+from conveyor.contract import limits, relay_mapping
 from conveyor.contract.timestamps import utc_text
 from conveyor.local.event_source import Handler, failed_ids
 from conveyor.local.lambda_context import LocalLambdaContext
 
 log = logging.getLogger(__name__)
 
-# The wait after a pass over the shards that read nothing. Lambda polls each shard four times
-# a second; twice is enough locally and spares the shared CPU.
-IDLE_POLL_S = 0.5
+# The longest wait between passes over the shards that read nothing. An idle poll costs two
+# requests per shard (see the moto workaround): 0.2 a second per stream at this cap. A record
+# written after a quiet spell waits at most this long.
+IDLE_POLL_CAP_S = 10.0
+# How often the shards are listed even when none has ended. DynamoDB Streams creates, splits and
+# retires shards by itself (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Streams.html),
+# so a new one must be noticed in time, but not looked for on every pass.
+SHARD_LISTING_S = 60.0
 # The pause before a failed batch (or half of one) is invoked again, so that a function that
 # fails on every call does not spin.
 RETRY_DELAY_S = 0.2
@@ -158,12 +173,37 @@ _SUCCEEDED = _Outcome(retry_from=None)
 _WHOLE_BATCH_FAILED = _Outcome(retry_from=0, whole_batch=True)
 
 
+class Backoff:
+    """The waits between passes that read nothing: ``base_s``, doubling up to ``cap_s``; ``reset`` on records.
+
+    It starts at the cap: a poller's first pass reads whatever the stream holds, and nothing yet
+    suggests that more is coming.
+    """
+
+    def __init__(
+        self, base_s: float = limits.LAMBDA_STREAM_POLL_INTERVAL.total_seconds(), cap_s: float = IDLE_POLL_CAP_S
+    ) -> None:
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self._next_s = cap_s
+
+    def reset(self) -> None:
+        """Records came: poll again soon, as Lambda does, in case more follow."""
+        self._next_s = self.base_s
+
+    def next_wait(self) -> float:
+        """The wait after a pass that read nothing; each doubles the next, up to the cap."""
+        wait, self._next_s = self._next_s, min(self.cap_s, self._next_s * 2)
+        return wait
+
+
 class StreamPoller:
     """One stream's event source mapping: a thread reading its shards and invoking ``handler``.
 
     ``stop`` ends it after the invocation in flight: no read, retry or further invocation
     follows. ``streams`` is a DynamoDB Streams client and ``sqs`` an SQS client of the endpoint;
-    ``dlq_url`` is the on-failure destination.
+    ``dlq_url`` is the on-failure destination. ``backoff`` paces the polls of a quiet stream (a
+    parameter so that tests need not wait out its cap).
     """
 
     def __init__(
@@ -178,6 +218,7 @@ class StreamPoller:
         batch_size: int = relay_mapping.BATCH_SIZE,
         max_retry_attempts: int = relay_mapping.MAX_RETRY_ATTEMPTS,
         max_record_age: timedelta = relay_mapping.MAX_RECORD_AGE,
+        backoff: Backoff | None = None,
     ) -> None:
         self.stream_arn = stream_arn
         self._handler = handler
@@ -188,7 +229,11 @@ class StreamPoller:
         self._batch_size = batch_size
         self._max_retry_attempts = max_retry_attempts
         self._max_record_age = max_record_age
+        self._backoff = backoff or Backoff()
         self._shards: dict[str, _Shard] = {}
+        # The last DescribeStream's shards, and when (monotonic) to list them again.
+        self._listed: list[dict[str, Any]] = []
+        self._list_at = 0.0
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"stream-poller-{function_name}", daemon=True)
 
@@ -211,8 +256,10 @@ class StreamPoller:
             except Exception:  # a poller survives a failed DescribeStream, as Lambda's pollers do
                 log.exception("listing the shards of stream %s failed; retrying", self.stream_arn)
                 progressed = False
-            if not progressed:
-                self._stopping.wait(IDLE_POLL_S)
+            if progressed:
+                self._backoff.reset()
+            else:
+                self._stopping.wait(self._backoff.next_wait())
 
     def _poll_shards(self) -> bool:
         """Read and deliver one batch from every shard that may be read now; True if any record was read."""
@@ -234,13 +281,16 @@ class StreamPoller:
 
     def _readable_shards(self) -> list[_Shard]:
         """The stream's shards not yet read to their end whose parent (if the stream still has it) is, in order."""
-        listed = self._describe_shards()
-        self._shards = {
-            shard["ShardId"]: self._shards.get(shard["ShardId"]) or _Shard(shard["ShardId"]) for shard in listed
-        }
+        if time.monotonic() >= self._list_at:
+            self._listed = self._describe_shards()
+            self._list_at = time.monotonic() + SHARD_LISTING_S
+            self._shards = {
+                shard["ShardId"]: self._shards.get(shard["ShardId"]) or _Shard(shard["ShardId"])
+                for shard in self._listed
+            }
         return [
             self._shards[shard["ShardId"]]
-            for shard in listed
+            for shard in self._listed
             if not self._shards[shard["ShardId"]].ended
             and (shard.get("ParentShardId") not in self._shards or self._shards[shard["ParentShardId"]].ended)
         ]
@@ -283,7 +333,8 @@ class StreamPoller:
             )["ShardIterator"]
         response = self._streams.get_records(ShardIterator=shard.iterator, Limit=self._batch_size)
         shard.iterator = response.get("NextShardIterator")
-        shard.ended = shard.iterator is None
+        if shard.iterator is None:  # read to its end: list the shards again to find its children
+            shard.ended, self._list_at = True, 0.0
         fresh: list[dict[str, Any]] = response["Records"]
         if not fresh and not shard.ended:
             shard.iterator = None  # see the moto workaround above: the next read reopens after the checkpoint

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,7 @@ from conveyor.local.stream_source import (
     RECORD_AGE_EXCEEDED,
     RETRY_ATTEMPTS_EXHAUSTED,
     UNHANDLED,
+    Backoff,
     StreamPoller,
     drop_moto_duplicates,
     to_lambda_record,
@@ -41,6 +43,9 @@ from tests.fixtures.relay_topology import TOPOLOGY as RELAY_TOPOLOGY
 KEY = "id"
 WAIT_S = 30.0
 STOP_S = 10.0
+# A quiet stream's waits for these tests: short, so that none waits out the 10-second cap.
+BASE_WAIT_S = 0.01
+CAP_WAIT_S = 0.08
 CREATED = datetime(2026, 11, 29, 12, 0, 5, 250_000, tzinfo=UTC)
 STREAM_ARN = "arn:aws:dynamodb:eu-west-1:123456789012:table/t/stream/2026-11-29T00:00:00.000"
 # The keys of a record in AWS's sample DynamoDB Streams event (Powertools' tests/events/dynamoStreamEvent.json).
@@ -82,6 +87,47 @@ class Gate:
         self.released.wait()
         self.finished.append([item_id(record) for record in event["Records"]])
         return None
+
+
+class RecordingBackoff(Backoff):
+    """The poller's backoff, recording every wait it gives and how many waits it had given at each reset."""
+
+    def __init__(self) -> None:
+        super().__init__(base_s=BASE_WAIT_S, cap_s=CAP_WAIT_S)
+        self.waits: list[float] = []
+        self.resets: list[int] = []
+
+    def reset(self) -> None:
+        self.resets.append(len(self.waits))
+        super().reset()
+
+    def next_wait(self) -> float:
+        wait = super().next_wait()
+        self.waits.append(wait)
+        return wait
+
+
+class CountingStreams:
+    """The endpoint's Streams client, counting the calls of each operation."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        operation = getattr(self._client, name)
+
+        def counted(**request: Any) -> Any:
+            with self._lock:
+                self.calls[name] += 1
+            return operation(**request)
+
+        return counted
+
+    def count(self, operation: str) -> int:
+        with self._lock:
+            return self.calls[operation]
 
 
 class ExpiringIterators:
@@ -135,6 +181,7 @@ class Stream:
             sqs=self.sqs,
             dlq_url=self.dlq_url,
             function_name="relay",
+            backoff=options.pop("backoff", Backoff(base_s=BASE_WAIT_S, cap_s=CAP_WAIT_S)),
             **options,
         )
         self.pollers.append(poller)
@@ -232,6 +279,39 @@ def test_only_a_key_only_insert_followed_by_an_insert_of_its_item_is_a_moto_dupl
     key_only_then_modified = stream_record("m")
     records = [duplicate, created, key_only, other, key_only_then_modified, updated]
     assert drop_moto_duplicates(records) == [created, key_only, other, key_only_then_modified, updated]
+
+
+def test_a_quiet_stream_is_polled_ever_less_often_up_to_the_cap_and_records_reset_the_waits() -> None:
+    backoff = Backoff(base_s=1, cap_s=8)
+    # Nothing read yet: the longest wait. After records: Lambda's quick polls, doubling to the cap.
+    assert backoff.next_wait() == 8
+    backoff.reset()
+    assert [backoff.next_wait() for _ in range(6)] == [1, 2, 4, 8, 8, 8]
+
+
+def test_records_reset_the_poller_backoff(stream: Stream) -> None:
+    backoff = RecordingBackoff()
+    handler = Recorder()
+    stream.start(handler, backoff=backoff)
+    wait_until(lambda: len(backoff.waits) >= 2, "the empty stream is polled twice")
+    stream.put("a")
+    wait_until(lambda: handler.delivered() == ["a"], "a is delivered")
+    wait_until(lambda: len(backoff.waits) >= (backoff.resets or [0])[-1] + 5, "the stream is quiet again")
+    # Before the record, at the cap; from the read that returned it, from the base up again.
+    [reset] = backoff.resets
+    assert set(backoff.waits[:reset]) == {CAP_WAIT_S}
+    assert backoff.waits[reset : reset + 5] == [min(CAP_WAIT_S, BASE_WAIT_S * 2**n) for n in range(5)]
+
+
+def test_a_quiet_stream_costs_no_listing_and_one_iterator_per_poll(stream: Stream) -> None:
+    streams = CountingStreams(stream.streams)
+    stream.start(Recorder(), streams=streams)
+    wait_until(lambda: streams.count("get_records") >= 5, "the empty stream is polled five times")
+    stream.pollers[-1].stop()
+    assert stream.pollers[-1].join(time.monotonic() + STOP_S)
+    # Listed once at the start; each empty poll reopens its iterator (see the moto workaround).
+    assert streams.calls["describe_stream"] == 1
+    assert streams.calls["get_shard_iterator"] == streams.calls["get_records"]
 
 
 def test_inserts_reach_the_function_in_order_and_updates_and_deletes_do_not(stream: Stream) -> None:

@@ -198,6 +198,24 @@ def test_a_due_timed_pause_reads_as_enabled_and_is_persisted_as_resumed(local: L
     assert LocalEventSources(local.dynamodb, local.table, clock=Clock(NOW)).state("q").enabled
 
 
+def test_states_reads_every_queue_and_fires_a_due_resume(local: Local) -> None:
+    sources = local.sources()
+    sources.seed(Topology(queues=(*TOPOLOGY.queues, Queue("r", age_objective=timedelta(minutes=1), max_concurrency=4))))
+    sources.pause("q", resume_at=LATER)
+    sources.pause("r", resume_at=None)
+    local.clock.now = LATER
+    assert sources.states(["q", "r"]) == {
+        "q": EventSourceState(enabled=True, max_concurrency=DECLARED_CONCURRENCY),
+        "r": EventSourceState(enabled=False, max_concurrency=4),
+    }
+    assert LocalEventSources(local.dynamodb, local.table, clock=Clock(NOW)).state("q").enabled
+
+
+def test_states_with_an_unknown_queue_is_a_lookup_error_naming_it(local: Local) -> None:
+    with pytest.raises(LookupError, match="'nope'"):
+        local.sources().states(["q", "nope"])
+
+
 class PausingAgainAfterRead:
     """The table's client, with an operator's new pause landing just after the first read."""
 
