@@ -14,18 +14,25 @@ iteration" (3 of 26 demo runs), and, when two receives both move a message past 
 maxReceiveCount to the DLQ, "list.remove(x): x not in list" (a chaos run). AWS does each
 operation atomically. Here every SQS operation of moto's request handlers runs behind one
 lock too, and a long-polling receive waits for messages with the lock released (a condition on
-it, notified whenever a message is added), so waiting never blocks the other requests.
+it, notified whenever a message is added, and timed to when the next hidden one reappears), so
+waiting never blocks the other requests.
 
 Process-wide, so it holds for the embedded server's threads and for in-process ``mock_aws``.
 """
 
 import functools
+import math
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
 from botocore.session import get_session
+
+MILLISECONDS = 1000
+# How long after a message's visible_at a waiting receive wakes: moto hands it out once past it.
+WAKE_AFTER_DUE_S = 0.002
 
 _lock = threading.RLock()
 # SQS's own lock, as a condition: long polls wait on it (which releases it) for a message to arrive.
@@ -48,13 +55,27 @@ def _under(lock: AbstractContextManager[Any]) -> Callable[[Callable[..., Any]], 
 
 
 def _wait_for_messages(queue: Any, timeout: int) -> None:
-    """A long poll's wait: the SQS lock is released until a message is added or ``timeout`` passes.
+    """A long poll's wait: the SQS lock is released until a message is added, one becomes visible
+    (its visibility timeout or delay ends), or ``timeout`` passes.
 
     Always a wait, never a check: a visible message the receive cannot take (its FIFO group is in
     flight) would otherwise keep it spinning with the lock held, and no delete could free the group.
     """
     with _sqs_changed:
-        _sqs_changed.wait(timeout)
+        _sqs_changed.wait(min(timeout, _until_next_visible(queue)))
+
+
+def _until_next_visible(queue: Any) -> float:
+    """Seconds until the next hidden or delayed message of ``queue`` becomes receivable (inf if none).
+
+    moto checks for such messages once a second; waking when the next one is due finds a retry
+    (whose backoff is its visibility) as soon as SQS would hand it out.
+    """
+    now_ms = time.time() * MILLISECONDS
+    due = [
+        ready for message in list(queue._messages) if (ready := max(message.visible_at, message.delayed_until)) > now_ms
+    ]
+    return (min(due) - now_ms) / MILLISECONDS + WAKE_AFTER_DUE_S if due else math.inf
 
 
 def _notifying(add_message: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
