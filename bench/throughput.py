@@ -31,7 +31,8 @@ from bench.figures import Figure, Row, Table, Target
 from bench.harness_cpu import RawPowertools
 from bench.jobs import BENCH_TOPOLOGY, QUEUE, bench_noop
 from bench.local import WAIT_S, own_resources, running, runtime_for, wait_deleted
-from bench.profiles import attributable
+from bench.profiles import TARGET as REQUESTS_TARGET
+from bench.profiles import attributable, sqs_floor, sqs_per_job
 from bench.skipped import CannotRunError
 from conveyor.contract import limits
 from conveyor.local.demo import Observed
@@ -42,7 +43,10 @@ from conveyor.sdk.client import JobClient
 from conveyor.sdk.prepare import JobRequest
 
 KEY = "throughput"
-TITLE = "Throughput enqueue→done on one queue of the local runtime vs a plain boto3 receive/process/delete loop"
+TITLE = (
+    "Throughput enqueue→done on one queue of the local runtime vs a plain boto3 receive/process/delete loop, "
+    "and SQS requests per job under that backlog"
+)
 TARGET = Target(0.9, at_most=False)
 RECEIVE_WAIT_S = 1
 BATCH = limits.SQS_MAX_BATCH_ENTRIES
@@ -183,7 +187,18 @@ def _requests(run: Run) -> str:
 
 
 def _row(runs: Runs, *, concurrency: int) -> Row:
-    figures = tuple(
+    sqs_figures = tuple(
+        Figure(
+            name=f"SQS requests per job, depth {depth:,}",
+            value=sqs_per_job(sides[CONVEYOR].requests_per_job),
+            unit="req/job",
+            anchor=sqs_floor(BATCH),
+            anchor_label="floor: SendMessageBatch + ReceiveMessage + DeleteMessageBatch, 10 jobs each",
+            target=REQUESTS_TARGET,
+        )
+        for depth, sides in runs.items()
+    )
+    figures = sqs_figures + tuple(
         Figure(
             name=f"jobs per second, depth {depth:,}{'' if anchor == LOOP else ', against the loop with idempotency'}",
             value=depth / sides[CONVEYOR].seconds,
