@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.figures import Figure, Row, Target
+from bench.figures import Figure, Row, Table, Target
 from conveyor.contract.loader import TOPOLOGY_ENV, topology_spec
 
 KEY = "cold_import"
@@ -26,6 +26,8 @@ PREFIX = "import time:"
 MILLISECONDS_PER_US = 1 / 1000
 # Passed through from this process: where the interpreter finds its programs and its home.
 KEPT_ENVIRONMENT = ("PATH", "HOME", "LANG", "TMPDIR")
+# Packages shown in the "where the time goes" table.
+WHERE_ROWS = 8
 
 
 def cumulative_us(report: str, module: str) -> int:
@@ -55,8 +57,19 @@ def lambda_environment() -> dict[str, str]:
     }
 
 
-def import_us(module: str, environment: dict[str, str]) -> int:
-    """One cold import of ``module`` in a fresh interpreter."""
+def self_us_by_package(report: str) -> dict[str, int]:
+    """Each top-level package's own microseconds in an ``-X importtime`` report: where an import's time goes."""
+    spent: dict[str, int] = {}
+    for line in report.splitlines():
+        parts = line.removeprefix(PREFIX).split("|") if line.startswith(PREFIX) else []
+        if len(parts) == 3 and parts[0].strip().isdigit():
+            package = parts[2].strip().split(".")[0]
+            spent[package] = spent.get(package, 0) + int(parts[0])
+    return spent
+
+
+def import_report(module: str, environment: dict[str, str]) -> str:
+    """The ``-X importtime`` report of one cold import of ``module`` in a fresh interpreter."""
     done = subprocess.run(  # noqa: S603 - this interpreter, a module name of this package
         [sys.executable, "-X", "importtime", "-c", f"import {module}"],
         cwd=ROOT,
@@ -67,17 +80,20 @@ def import_us(module: str, environment: dict[str, str]) -> int:
     )
     if done.returncode != 0:
         raise RuntimeError(f"importing {module} failed: {done.stderr.strip().splitlines()[-1:]}")
-    return cumulative_us(done.stderr, module)
+    return done.stderr
 
 
 def measure(*, runs: int) -> Row:
     environment = lambda_environment()
     for module in (WORKER, BARE):
-        import_us(module, environment)
+        import_report(module, environment)
     times: dict[str, list[int]] = {WORKER: [], BARE: []}
+    spent: dict[str, list[dict[str, int]]] = {WORKER: [], BARE: []}
     for _ in range(runs):
         for module in (WORKER, BARE):
-            times[module].append(import_us(module, environment))
+            report = import_report(module, environment)
+            times[module].append(cumulative_us(report, module))
+            spent[module].append(self_us_by_package(report))
     figure = Figure(
         name=f"import {WORKER}",
         value=statistics.median(times[WORKER]) * MILLISECONDS_PER_US,
@@ -92,4 +108,27 @@ def measure(*, runs: int) -> Row:
         f"named by {TOPOLOGY_ENV}. The worker's figure includes loading the project's declarations "
         "(its job modules), which a bare handler does not have.",
     )
-    return Row(KEY, TITLE, (figure,), notes=notes, data={"import_us": times})
+    return Row(KEY, TITLE, (figure,), (_where_the_time_goes(spent),), notes=notes, data={"import_us": times})
+
+
+def _where_the_time_goes(spent: dict[str, list[dict[str, int]]]) -> Table:
+    """Median own time per top-level package on each side, the packages that differ most first."""
+    medians = {
+        module: {
+            package: statistics.median(run.get(package, 0) for run in runs)
+            for package in {name for run in runs for name in run}
+        }
+        for module, runs in spent.items()
+    }
+    packages = sorted(
+        set(medians[WORKER]) | set(medians[BARE]),
+        key=lambda package: -abs(medians[WORKER].get(package, 0) - medians[BARE].get(package, 0)),
+    )
+    return Table(
+        "Where the time goes: each package's own import time (ms, median), the largest differences first",
+        ("package", WORKER, BARE),
+        tuple(
+            (package, *(f"{medians[module].get(package, 0) * MILLISECONDS_PER_US:.1f}" for module in (WORKER, BARE)))
+            for package in packages[:WHERE_ROWS]
+        ),
+    )

@@ -15,7 +15,6 @@ Nothing set fails with one line naming the setting and where it was looked for.
 import importlib
 import os
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +47,8 @@ def project_setting(key: str, pyproject: Path) -> ProjectSetting | None:
     Only the nearest pyproject.toml counts: a parent directory's settings never leak into a
     project nested inside it.
     """
+    import tomllib  # here, not at the top: a Lambda cold start names its topology in the environment
+
     try:
         document = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench.imports import cumulative_us
+from bench.imports import cumulative_us, self_us_by_package
 
 REPORT = """\
 import time: self [us] | cumulative | imported package
@@ -25,3 +25,7 @@ def test_a_module_imported_only_nested_or_not_at_all_is_an_error() -> None:
         cumulative_us(REPORT, "boto3")
     with pytest.raises(ValueError, match=r"bench\.bare_handler"):
         cumulative_us(REPORT, "bench.bare_handler")
+
+
+def test_own_time_is_summed_by_top_level_package_and_the_header_is_skipped() -> None:
+    assert self_us_by_package(REPORT) == {"_io": 120, "functions": 840, "boto3": 2000}
