@@ -16,6 +16,7 @@ from http import HTTPStatus
 from io import BytesIO
 from typing import Any
 
+from conveyor.local import moto_concurrency
 from conveyor.local.move_tasks import MoveTasks
 from conveyor.local.strict.rules import check
 from conveyor.local.strict.violation import ErrorResponse, Violation, error_response, split_batch
@@ -43,6 +44,11 @@ class StrictGateway:
         self.move_tasks = move_tasks
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        # A long poll ends, taking nothing, once its client has gone (moto_concurrency).
+        with moto_concurrency.serving(environ.get("werkzeug.socket")):
+            return self._handle(environ, start_response)
+
+    def _handle(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         prefix, _, operation = str(environ.get("HTTP_X_AMZ_TARGET", "")).partition(".")
         service = TARGETS.get(prefix)
         if service is None:  # another protocol or service: moto's own handling

@@ -22,10 +22,11 @@ Process-wide, so it holds for the embedded server's threads and for in-process `
 
 import functools
 import math
+import socket
 import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from botocore.session import get_session
@@ -38,6 +39,8 @@ _lock = threading.RLock()
 # SQS's own lock, as a condition: long polls wait on it (which releases it) for a message to arrive.
 _sqs_changed = threading.Condition(threading.RLock())
 _installed = False
+# The connection of the request each server thread is serving (set by the gateway, ``serving``).
+_request = threading.local()
 
 
 def _under(lock: AbstractContextManager[Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -54,15 +57,49 @@ def _under(lock: AbstractContextManager[Any]) -> Callable[[Callable[..., Any]], 
     return locked
 
 
+class ClientGoneError(Exception):
+    """The client of a long poll has closed its connection: the receive ends without taking a message."""
+
+
+@contextmanager
+def serving(connection: socket.socket | None) -> Iterator[None]:
+    """Mark the requests this thread handles meanwhile as coming over ``connection`` (None: unknown)."""
+    _request.connection = connection
+    try:
+        yield
+    finally:
+        _request.connection = None
+
+
+def _client_gone() -> bool:
+    """Whether the connection of the request this thread serves has been closed by its client."""
+    connection: socket.socket | None = getattr(_request, "connection", None)
+    if connection is None:
+        return False
+    try:
+        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:  # nothing to read, and still open
+        return False
+    except OSError:
+        return True
+
+
 def _wait_for_messages(queue: Any, timeout: int) -> None:
     """A long poll's wait: the SQS lock is released until a message is added, one becomes visible
     (its visibility timeout or delay ends), or ``timeout`` passes.
 
     Always a wait, never a check: a visible message the receive cannot take (its FIFO group is in
     flight) would otherwise keep it spinning with the lock held, and no delete could free the group.
+
+    A long poll whose client has gone ends instead (moto waits only while it holds no message). In
+    the local runtime the pollers die with the worker process they share, which Lambda's pollers
+    never do; left to run, a dead worker's 20 s poll would take a message and hide it for its
+    visibility timeout.
     """
     with _sqs_changed:
         _sqs_changed.wait(min(timeout, _until_next_visible(queue)))
+    if _client_gone():  # after the wait: what woke it may be the message it must not take
+        raise ClientGoneError("the client of this long poll closed its connection")
 
 
 def _until_next_visible(queue: Any) -> float:
