@@ -7,7 +7,6 @@ succeeds on a later attempt, and attempts are bounded anyway.
 from enum import StrEnum
 from typing import Any
 
-from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 from botocore.exceptions import ClientError, ReadTimeoutError
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
@@ -44,7 +43,6 @@ class FailureKind(StrEnum):
     TIMEOUT = "timeout"
     THROTTLED = "throttled"
     UNAVAILABLE = "dependency_unavailable"
-    IN_PROGRESS = "in_progress"
     UNEXPECTED = "unexpected"
 
 
@@ -55,8 +53,6 @@ def classify(error: BaseException, job_type: JobType[Any]) -> FailureKind:
         return FailureKind.TIMEOUT
     if isinstance(error, RetryableError) or (job_type.retry_on and isinstance(error, job_type.retry_on)):
         return FailureKind.RETRYABLE
-    if isinstance(error, IdempotencyAlreadyInProgressError):
-        return FailureKind.IN_PROGRESS
     if isinstance(error, ConnectionError | BotocoreConnectionError):
         return FailureKind.UNAVAILABLE
     if isinstance(error, ClientError):

@@ -19,6 +19,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
@@ -255,6 +256,13 @@ class Harness:
         except Snooze as snooze:
             logger.info("job snoozed", extra={"delay_s": snooze.delay.total_seconds()})
             self._requeue(record, delivery, envelope, now, snooze.delay, Kind.SNOOZED)
+        except IdempotencyAlreadyInProgressError:
+            # Another invocation holds the key (a duplicate delivery, or a worker that crashed mid-job): not
+            # a failure of the job, so no attempt is spent. Its hold ends with that invocation, at the latest
+            # one function timeout from now.
+            lease = lease_for(self.queue)
+            logger.info("job in progress elsewhere; snoozed", extra={"delay_s": lease.total_seconds()})
+            self._requeue(record, delivery, envelope, now, lease, Kind.SNOOZED)
         except Exception as error:  # every failure is classified; none escapes unrecorded
             self._fail(record, delivery, envelope, job_type, error, now)
         else:

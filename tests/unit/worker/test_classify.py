@@ -3,7 +3,6 @@
 from typing import Any
 
 import pytest
-from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from conveyor.contract.errors import JobTimeoutError, PermanentError, RetryableError
@@ -25,7 +24,6 @@ def client_error(code: str, status: int) -> ClientError:
         (RateLimitedError("429"), FailureKind.RETRYABLE),  # the job's retry_on
         (RetryableError("later"), FailureKind.RETRYABLE),
         (JobTimeoutError("slow"), FailureKind.TIMEOUT),
-        (IdempotencyAlreadyInProgressError("busy"), FailureKind.IN_PROGRESS),
         (TimeoutError(), FailureKind.TIMEOUT),
         (EndpointConnectionError(endpoint_url="https://x"), FailureKind.UNAVAILABLE),
         (client_error("ThrottlingException", 400), FailureKind.THROTTLED),

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import pytest
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig
 from botocore.stub import Stubber
 from pydantic import Field
 
@@ -27,6 +28,7 @@ from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import MASK, Payload
 from conveyor.contract.reasons import Reason
 from conveyor.contract.topology import Topology
+from conveyor.worker.idempotency import KEY_PREFIX, RECORD_KEY, RECORD_TTL
 from functions.jobs.deliver_webhook import Webhook
 from functions.providers.effects import Effect, EffectsLedger
 from functions.topology import TOPOLOGY
@@ -837,6 +839,32 @@ def test_snoozed_job_is_acked_and_resent_delayed_without_spending_an_attempt(
     standard.resend_now(copy)
     resent_copy(standard, standard.receive_one())  # snoozes again, still on its second attempt
     assert runs == [("nap", 1), ("nap", 2), ("nap", 2)]
+
+
+def test_a_key_in_progress_elsewhere_is_snoozed_a_function_timeout_without_spending_an_attempt(
+    standard: QueueDriver, aws: Aws, topology: Topology, runs: list[tuple[str, int]]
+) -> None:
+    """A worker that crashed mid-job leaves its key in progress until its invocation's deadline; redeliveries
+    in that window must not spend attempts (found by the chaos run: such a job was dead-lettered)."""
+    body = envelope("step", {"key": "held"}, job_id="job-held")
+    key = step.idempotency_key_for(job_id="job-held", dedupe_key=None, payload=Step(key="held"))
+    crashed = DynamoDBPersistenceLayer(
+        table_name=aws.settings("standard").idempotency_table,
+        key_attr=RECORD_KEY,
+        expiry_attr=RECORD_TTL,
+        boto3_client=aws.dynamodb,
+    )
+    crashed.configure(IdempotencyConfig(event_key_jmespath="key"), key_prefix=f"{KEY_PREFIX}.{step.name}")
+    crashed.save_inprogress(data={"key": key}, remaining_time_in_millis=60_000)
+    last = STEP_RETRY.max_attempts - 1
+    standard.send(body, attributes={attrs.PRIOR_ATTEMPTS: attrs.number(last)})  # its last attempt
+
+    copy = resent_copy(standard, standard.receive_one())
+
+    assert copy["DelaySeconds"] == topology.queue("standard").function_timeout.total_seconds()
+    assert copy_attributes(copy)[attrs.PRIOR_ATTEMPTS] == str(last), "no attempt spent"
+    assert standard.dead_letters() == []
+    assert runs == [], "the handler did not run"
 
 
 def test_snooze_past_fifteen_minutes_waits_out_not_before_across_resends(
