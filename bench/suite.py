@@ -59,7 +59,7 @@ FULL = Sizes(
     warmup_s=2.0,
     cpu_rounds=5,
     cpu_batches=20,
-    import_runs=5,
+    import_runs=9,
     depths=(100, 1_000),
 )
 QUICK = Sizes(
