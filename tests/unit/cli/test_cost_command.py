@@ -91,7 +91,28 @@ def test_the_default_profile_is_bench_results_in_the_project_root(
     monkeypatch.chdir(tmp_path / "deep")
     code, out, err = conveyor("--topology", "functions.topology:TOPOLOGY", "cost", "--rate", "5/s", "--mix", MIX)
     assert (code, err) == (0, "")
-    assert "profile measured provisional" in out
+    assert f"profile measured {json.loads(PROFILE.read_text())['measured_at'][:10]}" in out
+
+
+def test_a_profile_without_a_row_for_a_job_type_of_the_mix_is_refused_in_one_line(tmp_path: Path) -> None:
+    profile = json.loads(PROFILE.read_text())
+    del profile["job_profiles"]["summarize_day"]
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps(profile))
+    code, out, err = conveyor(
+        "--topology",
+        "functions.topology:TOPOLOGY",
+        "cost",
+        "--rate",
+        "10/s",
+        "--mix",
+        "summarize_day=1",
+        "--profile",
+        str(partial),
+    )
+    assert (code, out) == (1, "")
+    assert "has no row for job type 'summarize_day'; run `make bench`" in err
+    assert err.count("\n") == 1
 
 
 @pytest.mark.parametrize(
@@ -124,11 +145,6 @@ def test_the_default_profile_is_bench_results_in_the_project_root(
             ["--observed", "--rate", "10/s", "--mix", "charge_order=1"],
             2,
             "pass --rate and --mix, or --observed, not both",
-        ),
-        (
-            ["--rate", "10/s", "--mix", "summarize_day=1"],
-            1,
-            "has no row for job type 'summarize_day'; run `make bench`",
         ),
         (
             ["--rate", "10/s", "--mix", "charge_order=1", "--message-bytes", "0"],
