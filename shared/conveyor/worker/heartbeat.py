@@ -28,7 +28,6 @@ from datetime import timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger
-from botocore.exceptions import BotoCoreError, ClientError
 
 from conveyor.contract.declarations import Queue
 from conveyor.contract.settings import SERVICE_NAME
@@ -135,5 +134,5 @@ class Heartbeats:
             self._sqs.change_message_visibility(
                 QueueUrl=self._queue_url, ReceiptHandle=beat.receipt_handle, VisibilityTimeout=seconds
             )
-        except (BotoCoreError, ClientError):
+        except Exception:  # one thread renews every running job's message: no failure may end it
             logger.warning("could not extend a running job's visibility", exc_info=True, extra={"job_id": beat.job_id})

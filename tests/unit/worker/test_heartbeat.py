@@ -237,6 +237,32 @@ def test_jobs_running_at_once_are_each_renewed() -> None:
     assert sorted(set(sqs.handles)) == ["a", "b"]
 
 
+class BrokenOnceSqs(RecordingSqs):
+    """Its first ChangeMessageVisibility fails with an error no AWS client raises."""
+
+    def change_message_visibility(self, **request: Any) -> None:
+        if not self.handles:
+            self.handles.append("broken")
+            raise RuntimeError("unexpected")
+        super().change_message_visibility(**request)
+
+
+def test_an_unexpected_renewal_error_is_logged_and_the_shared_thread_renews_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sqs = BrokenOnceSqs()
+    heartbeats = Heartbeats(sqs, queue_url="q", lease=LEASE)
+
+    with heartbeats.keep(receipt_handle="first", job_id="job-1", hold_until=time.monotonic() + FAR_AWAY_S):
+        wait_past_a_renewal()
+    with heartbeats.keep(receipt_handle="second", job_id="job-2", hold_until=time.monotonic() + FAR_AWAY_S):
+        wait_past_a_renewal()
+
+    assert sqs.handles[0] == "broken"
+    assert "second" in sqs.handles, "the next job's message was still renewed"
+    assert "could not extend a running job's visibility" in [r.getMessage() for r in caplog.records]
+
+
 def test_leaving_waits_for_a_renewal_in_flight_so_none_lands_after() -> None:
     sqs = RecordingSqs()
     sqs.hold.clear()
