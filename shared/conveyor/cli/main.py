@@ -26,7 +26,7 @@ from conveyor.contract.topology import Topology
 from conveyor.local.emf import RAW_VALUES_FILE
 from conveyor.ops.stats import read_stats, render_stats
 from conveyor.ops.tables import render_table
-from conveyor.ops.target import STACK_ENV
+from conveyor.ops.target import STACK_ENV, is_local
 
 
 def _queue_rows(topology: Topology) -> list[dict[str, Any]]:
@@ -150,7 +150,13 @@ def stats(project: Project, queue: str | None, since_text: str, as_json: bool) -
     end = datetime.now(UTC)
     try:
         found = read_stats(
-            boto3.client("cloudwatch"), topology, start=end - since, end=end, queue=queue, raw_values=RAW_VALUES_FILE
+            boto3.client("cloudwatch"),
+            topology,
+            start=end - since,
+            end=end,
+            queue=queue,
+            # The local runtime's own record: on AWS, CloudWatch computes the percentiles.
+            raw_values=RAW_VALUES_FILE if is_local() else None,
         )
     except (BotoCoreError, ClientError) as error:
         raise click.ClickException(f"cannot read metrics from CloudWatch: {error}") from error

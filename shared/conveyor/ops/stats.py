@@ -1,8 +1,9 @@
 """Read the harness's metrics back: counts by outcome and reason, and latency percentiles.
 
 The same CloudWatch queries serve AWS and the local runtime (whose EMF lines are published to
-the embedded CloudWatch). moto computes no percentiles; then they are computed from the raw
-values the local runtime kept, and the result says so.
+the embedded CloudWatch). moto computes no percentiles (it answers a percentile query with a
+server error), so locally they come from the raw values the local runtime kept, and the result
+says so; CloudWatch is not asked for them there.
 """
 
 import json
@@ -113,23 +114,25 @@ def _dimensions(query: _Query) -> list[dict[str, str]]:
 def _percentiles(
     cloudwatch: Any, stats: list[JobStats], start: datetime, end: datetime, period: int, raw_values: Path | None
 ) -> None:
+    """From the local runtime's raw values when ``raw_values`` is given, else from CloudWatch."""
+    if raw_values is not None:
+        raw = _raw_end_to_end(raw_values, start, end) if raw_values.exists() else {}
+        for entry in stats:
+            values = raw.get((entry.queue, entry.job_type), [])
+            entry.end_to_end_ms = {f"p{p}": percentile(values, p) for p in PERCENTILES}
+            entry.percentiles_from = SOURCE_RAW
+        return
     queries = [_Query((s.queue, s.job_type), names.END_TO_END, f"p{p}") for s in stats for p in PERCENTILES]
     try:
         found = _get(cloudwatch, queries, start, end, period)
     except (ClientError, BotoCoreError):
-        found = None
-    raw = _raw_end_to_end(raw_values, start, end) if found is None and raw_values and raw_values.exists() else None
+        return
     for entry in stats:
-        if found is not None:
-            entry.end_to_end_ms = {
-                f"p{p}": found[_Query((entry.queue, entry.job_type), names.END_TO_END, f"p{p}")] or None
-                for p in PERCENTILES
-            }
-            entry.percentiles_from = SOURCE_CLOUDWATCH
-        elif raw is not None:
-            values = raw.get((entry.queue, entry.job_type), [])
-            entry.end_to_end_ms = {f"p{p}": percentile(values, p) for p in PERCENTILES}
-            entry.percentiles_from = SOURCE_RAW
+        entry.end_to_end_ms = {
+            f"p{p}": found[_Query((entry.queue, entry.job_type), names.END_TO_END, f"p{p}")] or None
+            for p in PERCENTILES
+        }
+        entry.percentiles_from = SOURCE_CLOUDWATCH
 
 
 def _raw_end_to_end(path: Path, start: datetime, end: datetime) -> dict[tuple[str, str], list[float]]:
