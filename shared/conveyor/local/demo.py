@@ -47,6 +47,22 @@ PERCENTILES = (50, 95, 99)
 ON_FAILURE_PREFIX = "on-failure: "
 UNREADABLE_RELAY_DEAD_LETTER = "<unreadable>"
 RELAY_BODY_PREVIEW_CHARS = 200
+# What each count of the progress table means, printed once above it.
+LEGEND = (
+    "DEPTH      messages waiting in the queue: new, and retries waiting out their backoff",
+    "IN FLIGHT  received by a worker, not yet deleted",
+    "DONE       jobs finished: succeeded, or a duplicate that idempotency absorbed (no second effect)",
+    "RETRIED    failed attempts sent back with backoff: a job retried three times counts three",
+    "DEAD       jobs the harness dead-lettered with a reason, poison messages included: the same",
+    "           entries as 'DLQ entries by reason' below. Stream records the relays could not turn",
+    "           into jobs never reach a queue: they are the relay DLQ's, reported on their own.",
+)
+# What to try once the demo has shown the platform working.
+NEXT_STEPS = (
+    ("conveyor local up", "the platform, left running: it prints the exports for a second shell"),
+    ("conveyor enqueue TYPE --data JSON", "from that shell: one job (`conveyor topology` lists the types)"),
+    ("conveyor status", "backlog, in flight, oldest age and DLQ depth of every queue"),
+)
 
 
 @dataclass(frozen=True)
@@ -367,6 +383,7 @@ def run_demo(
     runtime = runtime_factory(observed)
     began = datetime.now(UTC)
     refused_before = len(refused())
+    out.write("".join(f"  {line}\n" for line in LEGEND) + "\n")
     with worker_logs_to(log_path):
         runtime.start(raw_values=raw_values)
         started = time.monotonic()
@@ -403,4 +420,6 @@ def run_demo(
     ]
     report(observed, stats, invariants, out, read_schedule_histories(runtime))
     out.write(f"\nWorker logs: {log_path}\n")
+    out.write("\nTry next, with the venv active (`. .venv/bin/activate`):\n")
+    out.write("".join(f"  {command:<36} {what}\n" for command, what in NEXT_STEPS))
     return all(invariant.held for invariant in invariants)
