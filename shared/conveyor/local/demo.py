@@ -376,9 +376,10 @@ def run_demo(
     *,
     log_path: Path,
     raw_values: Path,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> bool:
-    """Run ``scenario`` on a fresh runtime; True if every invariant held."""
+    """Run ``scenario`` on a fresh runtime; True if every invariant held. ``out`` defaults to stdout at the call."""
+    out = out or sys.stdout
     observed = Observed()
     runtime = runtime_factory(observed)
     began = datetime.now(UTC)
