@@ -6,10 +6,10 @@ them with exactly the settings and neighbours it runs the example jobs with.
 
 from dataclasses import replace
 
-from conveyor.contract.declarations import job
 from conveyor.contract.errors import RetryableError
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
+from conveyor.sdk.jobs import job
 from functions.topology import TOPOLOGY
 
 # The queue the throughput and harness benchmarks use: the project's general-purpose one.

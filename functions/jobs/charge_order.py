@@ -4,9 +4,10 @@ from datetime import timedelta
 
 from pydantic import Field
 
-from conveyor.contract.declarations import RetryPolicy, job
+from conveyor.contract.declarations import RetryPolicy
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
+from conveyor.sdk.jobs import job
 from functions.providers.payments import CardDeclinedError, PaymentProvider, RateLimitedError
 
 _payments = PaymentProvider()

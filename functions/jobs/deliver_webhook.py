@@ -5,10 +5,11 @@ from http import HTTPStatus
 
 from pydantic import Field
 
-from conveyor.contract.declarations import RetryPolicy, job
+from conveyor.contract.declarations import RetryPolicy
 from conveyor.contract.errors import PermanentError, RetryableError
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload, sensitive
+from conveyor.sdk.jobs import job
 from functions.providers.webhooks import WebhookReceiver
 
 _receiver = WebhookReceiver()

@@ -14,9 +14,9 @@ from datetime import timedelta
 
 from pydantic import Field
 
-from conveyor.contract.declarations import job
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
+from conveyor.sdk.jobs import job
 from functions.providers.effects import EffectsLedger
 
 PROVIDER = "reports"

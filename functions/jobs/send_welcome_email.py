@@ -4,9 +4,9 @@ from typing import Any
 
 from pydantic import Field
 
-from conveyor.contract.declarations import job
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
+from conveyor.sdk.jobs import job
 from functions.providers.email import EmailProvider, EmailUnavailableError, HardBounceError
 
 _email = EmailProvider()

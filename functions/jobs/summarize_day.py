@@ -6,9 +6,9 @@ Its one effect is keyed by the job id, which for a scheduled run names the occur
 
 from pydantic import Field
 
-from conveyor.contract.declarations import job
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
+from conveyor.sdk.jobs import job
 from functions.providers.effects import EffectsLedger
 
 PROVIDER = "reports"

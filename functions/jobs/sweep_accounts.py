@@ -7,11 +7,11 @@ and a flexible window keeps them from all starting at the same moment.
 
 from pydantic import Field
 
-from conveyor.contract.declarations import job
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
 from conveyor.contract.schedule_inputs import shard_of
 from conveyor.contract.schedules import MAX_SHARDS
+from conveyor.sdk.jobs import job
 from functions.providers.effects import EffectsLedger
 
 PROVIDER = "accounts"

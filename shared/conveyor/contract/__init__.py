@@ -5,7 +5,7 @@ wire formats of attributes and settings) are Conveyor's own plumbing, public to 
 packages only.
 """
 
-from conveyor.contract.declarations import JobType, Queue, RetryPolicy, StreamImage, StreamRule, Table, job
+from conveyor.contract.declarations import JobType, Queue, RetryPolicy, StreamImage, StreamRule, Table
 from conveyor.contract.envelope import Correlation, Envelope
 from conveyor.contract.errors import (
     CheckpointError,
@@ -59,7 +59,6 @@ __all__ = [
     "TransactionCanceledError",
     "TransactionConditionError",
     "catch_up",
-    "job",
     "load_topology",
     "sensitive",
     "skip",

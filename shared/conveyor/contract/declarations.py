@@ -273,6 +273,9 @@ Handler = Callable[[P, JobContext], object]
 class JobType(Generic[P]):
     """A kind of job: its payload contract, the queue it runs on, and how it is retried.
 
+    Projects declare one with ``@job`` (conveyor.sdk.jobs), whose ``Job`` adds a typed ``enqueue``;
+    this class is the part the worker, the stack and the CLI read, free of the SDK.
+
     ``upcasters[k]`` turns version-k data into version k+1, so a message written by an older
     producer still runs. ``idempotency_key`` is a template on payload fields such as
     ``"{order_id}#charge_v1"``; without it the envelope's ``dedupe_key``, else its ``id``, is
@@ -377,38 +380,3 @@ class JobType(Generic[P]):
         if self.idempotency_key is not None:
             return self.idempotency_key.format(**payload.model_dump(mode="json"))
         return dedupe_key or job_id
-
-
-def job(
-    name: str,
-    *,
-    queue: str,
-    model: type[P],
-    version: int = 1,
-    upcasters: Mapping[int, Upcaster] | None = None,
-    retry: RetryPolicy | None = None,
-    timeout: timedelta | None = None,
-    idempotency_key: str | None = None,
-    retry_on: tuple[type[BaseException], ...] = (),
-    permanent_on: tuple[type[BaseException], ...] = (),
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-) -> Callable[[Handler[P]], JobType[P]]:
-    """Declare a job type around its handler: ``@job("charge_order", queue="critical", model=ChargeOrder)``."""
-
-    def declare(handler: Handler[P]) -> JobType[P]:
-        return JobType(
-            name=name,
-            queue=queue,
-            model=model,
-            handler=handler,
-            version=version,
-            upcasters=dict(upcasters or {}),
-            retry=retry or RetryPolicy(),
-            timeout=timeout,
-            idempotency_key=idempotency_key,
-            retry_on=retry_on,
-            permanent_on=permanent_on,
-            max_payload_bytes=max_payload_bytes,
-        )
-
-    return declare

@@ -8,13 +8,14 @@ from typing import Any
 import jsonschema
 import pytest
 
-from conveyor.contract.declarations import JobType, job
+from conveyor.contract.declarations import JobType
 from conveyor.contract.envelope import Envelope, parse_envelope
 from conveyor.contract.errors import ContractError, DeclarationError
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload, mask_values, sensitive, sensitive_fields, sensitive_values
 from conveyor.contract.reasons import Reason
 from conveyor.contract.schema import envelope_schema
+from conveyor.sdk.jobs import job
 from functions.jobs.charge_order import ChargeOrder, charge_order
 from functions.jobs.deliver_webhook import Webhook
 from functions.jobs.send_welcome_email import send_welcome_email

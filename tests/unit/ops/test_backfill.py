@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conveyor.contract.declarations import Queue, job
+from conveyor.contract.declarations import Queue
 from conveyor.contract.envelope import Envelope, parse_envelope
 from conveyor.contract.topology import Topology
 from conveyor.ops.backfill import (
@@ -22,6 +22,7 @@ from conveyor.ops.backfill import (
     plan_backfill,
 )
 from conveyor.sdk.client import JobClient
+from conveyor.sdk.jobs import Job, job
 from functions.jobs.send_welcome_email import send_welcome_email
 from functions.topology import TOPOLOGY
 from tests.aws import Aws
@@ -333,7 +334,7 @@ def test_a_checkpoint_of_another_backfill_is_refused(aws: Aws, tmp_path: Path) -
 
 
 def test_a_job_type_on_a_fifo_queue_is_refused(tmp_path: Path) -> None:
-    ordered = job("ordered_ping", queue="ordered", model=Ping)(lambda payload, ctx: None)
+    ordered: Job[Ping] = job("ordered_ping", queue="ordered", model=Ping)(lambda payload, ctx: None)
     topology = Topology(queues=(Queue("ordered", age_objective=timedelta(minutes=1), fifo=True),), job_types=(ordered,))
     path = write_lines(tmp_path / "pings.jsonl", ["{}"])
     with pytest.raises(InvalidBackfillError, match="runs on FIFO queue 'ordered'; backfill sends to standard queues"):

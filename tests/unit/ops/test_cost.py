@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conveyor.contract.declarations import Queue, job
+from conveyor.contract.declarations import Queue
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
 from conveyor.contract.topology import Topology
@@ -32,6 +32,7 @@ from conveyor.ops.cost import (
 from conveyor.ops.price_table import CostDataError, Meter, PriceTable, Service, load_prices
 from conveyor.ops.rate import SECONDS_PER_MONTH, parse_rate
 from conveyor.ops.stats import JobStats
+from conveyor.sdk.jobs import job
 from functions.topology import TOPOLOGY
 
 GIB = 2**30

@@ -17,12 +17,13 @@ from pydantic import Field
 
 from conveyor.contract import limits
 from conveyor.contract import message_attributes as attrs
-from conveyor.contract.declarations import Queue, RetryPolicy, job
+from conveyor.contract.declarations import Queue, RetryPolicy
 from conveyor.contract.errors import Continued
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
 from conveyor.contract.reasons import Reason
 from conveyor.contract.topology import Topology
+from conveyor.sdk.jobs import job
 from conveyor.worker import checkpoints
 from conveyor.worker.idempotency import record_lifetime
 from conveyor.worker.outcomes import Kind

@@ -22,12 +22,13 @@ from pydantic import Field
 
 from conveyor.contract import limits
 from conveyor.contract import message_attributes as attrs
-from conveyor.contract.declarations import Queue, RetryPolicy, job
+from conveyor.contract.declarations import Queue, RetryPolicy
 from conveyor.contract.errors import PermanentError, Snooze
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import MASK, Payload
 from conveyor.contract.reasons import Reason
 from conveyor.contract.topology import Topology
+from conveyor.sdk.jobs import job
 from conveyor.worker.idempotency import KEY_PREFIX, RECORD_KEY, RECORD_TTL
 from functions.jobs.deliver_webhook import Webhook
 from functions.providers.effects import Effect, EffectsLedger

@@ -24,10 +24,11 @@ from botocore.exceptions import ClientError
 from pydantic import Field
 
 from conveyor.contract import naming
-from conveyor.contract.declarations import Queue, RetryPolicy, job
+from conveyor.contract.declarations import Queue, RetryPolicy
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
 from conveyor.contract.topology import Topology
+from conveyor.sdk.jobs import job
 from conveyor.worker.heartbeat import BEATS_PER_LEASE, Heartbeats, lease_for, visibility_for
 from tests.aws import Aws
 from tests.harness_support import DEFAULT_SEED, QueueDriver, envelope

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from pydantic import Field
 
-from conveyor.contract.declarations import Queue, job
+from conveyor.contract.declarations import Queue
 from conveyor.contract.errors import PermanentError, RetryableError
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload, sensitive
 from conveyor.contract.topology import Topology
+from conveyor.sdk.jobs import job
 from tests.aws import moto_aws
 from tests.harness_support import FIXED_NOW, QueueDriver
 
