@@ -11,6 +11,8 @@ BENCH_STAMP := $(VENV)/.bench-installed
 NODE_STAMP := node_modules/.installed
 CDK := node_modules/.bin/cdk
 CDK_OUT := cdk.out
+# The committed JSON Schema of the envelope and every payload (`conveyor schema`): the build writes it, lint checks it.
+SCHEMA := docs/schema/envelope.schema.json
 
 # Offline, quiet CDK: no telemetry, no version check, no instance-metadata lookups, no
 # Node end-of-life banner; caches stay inside the checkout.
@@ -54,8 +56,8 @@ $(PY_STAMP): $(LOCAL_STAMP) requirements.txt requirements-dev.txt
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-# The wheel and the sdist into dist/ (the wheel built from the sdist, so the sdist is complete).
-dist: $(PY_STAMP)
+# The wheel and the sdist into dist/ (the wheel built from the sdist, so the sdist is complete), the schema refreshed.
+dist: $(PY_STAMP) schema
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
 
@@ -69,6 +71,7 @@ lint: $(PY_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/conveyor schema --check $(SCHEMA)
 
 typecheck: $(PY_STAMP)
 	$(BIN)/mypy
@@ -76,7 +79,7 @@ typecheck: $(PY_STAMP)
 unit: $(PY_STAMP)
 	$(SYNTH_ENV) $(BIN)/pytest -q
 
-synth: setup
+synth: setup schema
 	rm -rf $(CDK_OUT)
 	$(SYNTH_ENV) $(CDK) synth --quiet --no-notices --output $(CDK_OUT)
 
@@ -86,7 +89,7 @@ cfn-lint: synth
 test: lint typecheck unit cfn-lint
 
 schema: $(PY_STAMP)
-	$(BIN)/conveyor schema --output docs/schema/envelope.schema.json
+	$(BIN)/conveyor schema --output $(SCHEMA)
 
 # CHAOS_ARGS="--seed 2 --quick" to replay a seed or run the short mix; python -m chaos --help lists them.
 chaos: $(PY_STAMP)

@@ -1,21 +1,19 @@
 """This project's queues, job types and schedules. The stack, the worker and the `conveyor` CLI all read them.
 
-Three queues keep unlike work apart: `critical` has its own reserved capacity and a tight
-age objective, so a flood of `bulk` work can never delay a payment. New `orders` rows with
-status NEW are charged through a stream rule (functions/orders.py). Two schedules run
-periodic work: a nightly report on the Kyiv clock that catches up at most two missed nights,
-and an account sweep split into four shards that skips what it missed.
+The job types are every job a module of functions/jobs/ declares (discover_jobs): adding one
+is adding its module. Three queues keep unlike work apart: `critical` has its own reserved
+capacity and a tight age objective, so a flood of `bulk` work can never delay a payment. New
+`orders` rows with status NEW are charged through a stream rule (functions/orders.py). Two
+schedules run periodic work: a nightly report on the Kyiv clock that catches up at most two
+missed nights, and an account sweep split into four shards that skips what it missed.
 """
 
 from datetime import timedelta
 
 from conveyor.contract.declarations import Queue
+from conveyor.contract.discovery import discover_jobs
 from conveyor.contract.schedules import Schedule, catch_up
 from conveyor.contract.topology import Topology
-from functions.jobs.charge_order import charge_order
-from functions.jobs.deliver_webhook import deliver_webhook
-from functions.jobs.generate_report import generate_report
-from functions.jobs.send_welcome_email import send_welcome_email
 from functions.jobs.summarize_day import summarize_day
 from functions.jobs.sweep_accounts import sweep_accounts
 from functions.orders import CHARGE_NEW_ORDERS, ORDERS_TABLE
@@ -57,7 +55,7 @@ TOPOLOGY = Topology(
             max_concurrency=2,
         ),
     ),
-    job_types=(send_welcome_email, charge_order, deliver_webhook, generate_report, summarize_day, sweep_accounts),
+    job_types=discover_jobs("functions.jobs"),
     tables=(EFFECTS_TABLE, ORDERS_TABLE),
     stream_rules=(CHARGE_NEW_ORDERS,),
     schedules=(NIGHTLY_REPORT, SWEEP_ACCOUNTS),

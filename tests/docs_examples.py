@@ -11,10 +11,11 @@ _BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 def python_blocks(page: str, heading: str) -> list[str]:
     """The ```python blocks under ``heading`` (a whole line such as ``## Produce jobs``), up to the next heading."""
     text = (ROOT / page).read_text(encoding="utf-8")
-    level = heading.split(" ", 1)[0]
-    start = text.index(f"\n{heading}\n")
-    following = re.compile(rf"^#{{1,{len(level)}}} ", re.MULTILINE).search(text, start + len(heading) + 2)
-    section = text[start : following.start() if following else len(text)]
+    found = re.compile(rf"^{re.escape(heading)}$", re.MULTILINE).search(text)
+    assert found, f"{page} has no heading {heading!r}"
+    level = len(heading.split(" ", 1)[0])
+    following = re.compile(rf"^#{{1,{level}}} ", re.MULTILINE).search(text, found.end())
+    section = text[found.end() : following.start() if following else len(text)]
     return _BLOCK.findall(section)
 
 

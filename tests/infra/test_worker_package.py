@@ -17,6 +17,7 @@ from conveyor.contract.errors import DeclarationError
 from conveyor.contract.loader import TOPOLOGY_ENV
 from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
 from conveyor.contract.settings import WorkerSettings
+from functions.topology import TOPOLOGY
 from infra import worker_package
 from tests.infra.conftest import TOPOLOGY_SPEC
 
@@ -98,6 +99,16 @@ for loaded in (module, conveyor):
     assert loaded.__file__.startswith(bundle), loaded.__file__
 assert callable(module.handler), module.handler
 print(module.__name__)
+"""
+# Loads the topology from the bundle, as a cold start does: its job types come from discovering functions/jobs/.
+DISCOVERY_CHECK = """
+import sys
+from conveyor.contract.loader import load_topology
+topology = load_topology()
+for job_type in topology.job_types:
+    module = sys.modules[job_type.handler.__module__]
+    assert module.__file__.startswith(sys.argv[1]), module.__file__
+print(" ".join(sorted(job_type.name for job_type in topology.job_types)))
 """
 # What Lambda sets on every function (the daemon address is local here: nothing is sent at import).
 LAMBDA_ENVIRONMENT = {
@@ -317,3 +328,12 @@ def test_the_bundle_imports_the_real_entry_points_with_only_what_lambda_provides
     result = lambda_like.run(ENTRY_POINT_CHECK, entry_point, environment=environment)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == entry_point
+
+
+def test_the_bundle_discovers_every_job_module(lambda_like: LambdaLike) -> None:
+    """The job types are found by listing functions/jobs/ at import: every module of it must ship."""
+    shipped_modules = sorted(path.stem for path in (lambda_like.bundle / "functions" / "jobs").glob("[!_]*.py"))
+    result = lambda_like.run(DISCOVERY_CHECK, environment={**LAMBDA_ENVIRONMENT, TOPOLOGY_ENV: TOPOLOGY_SPEC})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == sorted(job.name for job in TOPOLOGY.job_types)
+    assert sorted(job.handler.__module__.rsplit(".", 1)[1] for job in TOPOLOGY.job_types) == shipped_modules

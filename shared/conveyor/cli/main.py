@@ -6,6 +6,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import boto3
@@ -27,6 +28,9 @@ from conveyor.local.emf import RAW_VALUES_FILE
 from conveyor.ops.stats import read_stats, render_stats
 from conveyor.ops.tables import render_table
 from conveyor.ops.target import STACK_ENV, is_local
+
+# The command that rewrites a committed schema, named in the message of a failed --check.
+REFRESH = "conveyor schema --output"
 
 
 def _queue_rows(topology: Topology) -> list[dict[str, Any]]:
@@ -127,10 +131,28 @@ def topology(project: Project, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--output", type=click.File("w"), default="-", help="Write to FILE instead of stdout.")
+@click.option(
+    "--check",
+    "committed",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Write nothing; fail with one line unless FILE is the schema of the current declarations.",
+)
 @click.pass_obj
-def schema(project: Project, output: TextIO) -> None:
-    """Print the JSON Schema of the envelope and every declared payload."""
-    output.write(json.dumps(envelope_schema(project.topology), indent=2) + "\n")
+def schema(project: Project, output: TextIO, committed: Path | None) -> None:
+    """Print the JSON Schema of the envelope and every declared payload, or check a committed copy."""
+    text = json.dumps(envelope_schema(project.topology), indent=2) + "\n"
+    if committed is None:
+        output.write(text)
+        return
+    if not committed.is_file():
+        raise click.ClickException(f"{committed} does not exist; write it with `make schema` ({REFRESH} {committed})")
+    if committed.read_text(encoding="utf-8") != text:
+        raise click.ClickException(
+            f"{committed} is stale: it is not the schema of the current declarations; refresh it with "
+            f"`make schema` ({REFRESH} {committed})"
+        )
 
 
 @cli.command()

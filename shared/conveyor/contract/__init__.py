@@ -6,6 +6,7 @@ packages only.
 """
 
 from conveyor.contract.declarations import JobType, Queue, RetryPolicy, StreamImage, StreamRule, Table
+from conveyor.contract.discovery import discover_jobs
 from conveyor.contract.envelope import Correlation, Envelope
 from conveyor.contract.errors import (
     CheckpointError,
@@ -59,6 +60,7 @@ __all__ = [
     "TransactionCanceledError",
     "TransactionConditionError",
     "catch_up",
+    "discover_jobs",
     "load_topology",
     "sensitive",
     "skip",

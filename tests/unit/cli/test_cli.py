@@ -1,11 +1,15 @@
 """`conveyor topology` shows what will deploy; bad input is one line on stderr and a non-zero exit."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from conveyor.cli.main import main
+from conveyor.contract.schema import envelope_schema
 from functions.topology import TOPOLOGY
+
+COMMITTED_SCHEMA = Path(__file__).resolve().parents[3] / "docs" / "schema" / "envelope.schema.json"
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -100,3 +104,37 @@ def test_concurrency_above_the_reserved_concurrency_is_refused_before_any_call(
     assert out == ""
     assert err.count("\n") == 1
     assert f"reserves {reserved} concurrent executions" in err
+
+
+def test_the_committed_schema_passes_its_check_silently(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "schema", "--check", str(COMMITTED_SCHEMA)) == (0, "", "")
+
+
+def test_a_stale_schema_fails_its_check_in_one_line_naming_the_file_and_the_refresh(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    stale = tmp_path / "envelope.schema.json"
+    schema = envelope_schema(TOPOLOGY)
+    schema["properties"]["type"]["enum"].remove("charge_order")  # as if written before charge_order was declared
+    stale.write_text(json.dumps(schema, indent=2) + "\n", encoding="utf-8")
+    code, out, err = run(capsys, "schema", "--check", str(stale))
+    assert (code, out) == (1, "")
+    assert err == (
+        f"conveyor: {stale} is stale: it is not the schema of the current declarations; refresh it with "
+        f"`make schema` (conveyor schema --output {stale})\n"
+    )
+    missing = tmp_path / "missing.json"
+    assert run(capsys, "schema", "--check", str(missing))[::2] == (
+        1,
+        f"conveyor: {missing} does not exist; write it with `make schema` (conveyor schema --output {missing})\n",
+    )
+
+
+def test_a_schema_rewritten_by_schema_output_passes_its_check(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    written = tmp_path / "envelope.schema.json"
+    written.write_text("{}\n", encoding="utf-8")
+    assert run(capsys, "schema", "--check", str(written))[0] == 1
+    assert run(capsys, "schema", "--output", str(written)) == (0, "", "")
+    assert run(capsys, "schema", "--check", str(written)) == (0, "", "")

@@ -383,7 +383,7 @@ def test_jobs_backfill_shows_progress_on_stderr_and_a_sentence_on_stdout(
 @pytest.mark.parametrize(
     ("argv", "code", "message"),
     [
-        (["backfill", "send_invoice"], 3, "conveyor: unknown job type 'send_invoice'; declared: send_welcome_email,"),
+        (["backfill", "send_invoice"], 3, "conveyor: unknown job type 'send_invoice'; declared: charge_order,"),
         (["backfill", WELCOME, "--rate", "0/s"], 2, "Invalid value for '--rate': rate '0/s': expected a positive"),
         (["backfill", WELCOME, "--rate", "fast"], 2, "Invalid value for '--rate'"),
         (["backfill", WELCOME, "--from", "missing.jsonl"], 2, "'missing.jsonl' does not exist"),
