@@ -106,7 +106,8 @@ def until_next_visible(queue: Any) -> float:
     """Seconds until the next hidden or delayed message of ``queue`` becomes receivable (inf if none).
 
     moto checks for such messages once a second; waking when the next one is due finds a retry
-    (whose backoff is its visibility) as soon as SQS would hand it out.
+    (whose backoff is its visibility) as soon as SQS would hand it out. conveyor.testing's drain
+    moves its clock by it.
     """
     now_ms = time.time() * MILLISECONDS
     due = [
