@@ -10,14 +10,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from conveyor.contract.declarations import Queue, RetryPolicy, job
-from conveyor.contract.errors import PermanentError, RetryableError, Snooze
-from conveyor.contract.job_context import JobContext
-from conveyor.contract.payloads import Payload
-from conveyor.contract.reasons import Reason
-from conveyor.contract.schedules import Schedule
-from conveyor.contract.topology import Topology
-from conveyor.sdk.client import JobClient
+from conveyor import (
+    JobClient,
+    JobContext,
+    Payload,
+    PermanentError,
+    Queue,
+    Reason,
+    RetryableError,
+    RetryPolicy,
+    Schedule,
+    Snooze,
+    Topology,
+    job,
+)
 from conveyor.testing import DrainError, run_jobs
 
 # How often each handler ran, by job type and payload ("place_order:o1").
