@@ -34,7 +34,15 @@ API_DOC = ROOT / "docs" / "api.md"
 LIBRARY = "conveyor"
 # The packages whose __all__ is the public API, in the order the page shows them. conveyor.local is
 # the local runtime behind `conveyor local`, used through the CLI rather than imported.
-PACKAGES = ("conveyor", "conveyor.contract", "conveyor.sdk", "conveyor.worker", "conveyor.ops", "conveyor.cli")
+PACKAGES = (
+    "conveyor",
+    "conveyor.contract",
+    "conveyor.sdk",
+    "conveyor.worker",
+    "conveyor.ops",
+    "conveyor.testing",
+    "conveyor.cli",
+)
 ROOT_ERROR = "ConveyorError"
 
 # A dotted module path in front of a name: `datetime.timedelta` -> `timedelta`.

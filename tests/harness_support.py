@@ -1,8 +1,9 @@
 """Drive a queue's worker against moto: send envelopes, receive them as Lambda records, read the DLQ.
 
 A ``QueueDriver`` plays the Lambda event source mapping for one declared queue: it receives real
-messages from the moto queue, hands them to ``Worker(Harness(...)).handle`` with a seeded rng and
-a settable clock, and reports which records came back as batch item failures.
+messages from the moto queue, hands them to the queue's worker (conveyor.testing's ``QueueWorker``:
+``Worker(Harness(...))``) with a seeded rng and a settable clock, and reports which records came
+back as batch item failures. Unlike ``conveyor.testing.run_jobs``, it leaves the test each step.
 """
 
 import copy
@@ -17,10 +18,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from conveyor.local.event_source import to_lambda_record
-from conveyor.worker.handler import Worker
-from conveyor.worker.harness import Harness
-from conveyor.worker.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED, JobMetrics
-from conveyor.worker.outcomes import JobOutcome, fan_out
+from conveyor.testing.queue_worker import QueueWorker
+from conveyor.worker.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED
+from conveyor.worker.outcomes import JobOutcome
 from tests.aws import Aws
 from tests.lambda_context import lambda_context
 
@@ -123,17 +123,19 @@ class QueueDriver:
         )
         self.now = FIXED_NOW
         self.outcomes: list[JobOutcome] = []
-        self.metrics = JobMetrics()
-        self.harness = Harness(
+        self.queue_worker = QueueWorker(
             aws.topology,
-            aws.settings(name),
-            sqs_client=aws.sqs,
-            dynamodb_client=aws.dynamodb,
+            aws.provisioned,
+            name,
+            sqs=aws.sqs,
+            dynamodb=aws.dynamodb,
+            observer=self.outcomes.append,
             rng=random.Random(seed),
             clock=lambda: self.now,
-            observer=fan_out(self.metrics, self.outcomes.append),
         )
-        self.worker = Worker(self.harness, self.metrics)
+        self.metrics = self.queue_worker.metrics
+        self.harness = self.queue_worker.harness
+        self.worker = self.queue_worker.worker
 
     # --- producing -------------------------------------------------------------------------
 
@@ -155,7 +157,7 @@ class QueueDriver:
 
     def receive(self, *, visibility: int = 30) -> list[Record]:
         """The visible messages (up to 10), received as Lambda would and shaped as its event records."""
-        return [to_lambda_record(m, queue_arn=self.arn) for m in self.aws.receive(self.url, visibility=visibility)]
+        return [to_lambda_record(m, queue_arn=self.arn) for m in self.queue_worker.receive(visibility=visibility)]
 
     def receive_one(self, *, visibility: int = 30) -> Record:
         records = self.receive(visibility=visibility)

@@ -210,6 +210,10 @@ def test_the_wheel_holds_the_library_and_the_conveyor_command(fresh_venv: FreshV
 
     assert {name.partition("/")[0] for name in names} == {"conveyor", info}
     assert entry_points.split() == ["[console_scripts]", "conveyor", "=", "conveyor.cli.main:main"]
+    # `conveyor init`'s templates, every one (package data).
+    templates = ROOT / "shared" / "conveyor" / "cli" / "templates"
+    shipped = {name for name in names if name.startswith("conveyor/cli/templates/")}
+    assert shipped == {f"conveyor/cli/templates/{path.relative_to(templates)}" for path in templates.rglob("*.tmpl")}
 
 
 def test_the_sdk_imports_no_other_sides_dependencies(fresh_venv: FreshVenv, tmp_path: Path) -> None:

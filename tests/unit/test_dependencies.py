@@ -1,7 +1,7 @@
 """Dependencies say what each side needs, pinned once, in pyproject.toml, and the rest agrees.
 
 pyproject.toml's [project] dependencies are the runtime (the worker and the producer SDK); its
-extras are what the other sides add (cli, local, cdk, dev, bench). Every entry is pinned exactly
+extras are what the other sides add (cli, local, testing, cdk, dev, bench). Every entry is pinned exactly
 and a distribution has one pin; requirements.txt and requirements-dev.txt install the project
 with extras (all but bench, which `make bench` installs) and pin nothing that disagrees. Each
 side's third-party imports are installed for that side, every declared distribution is used by
@@ -53,6 +53,7 @@ SIDES: dict[str, tuple[str, ...]] = {
     ),
     "cli": ("shared/conveyor/cli",),
     "local": ("shared/conveyor/local", "scenarios"),
+    "testing": ("shared/conveyor/testing",),
     "cdk": ("infra", "app.py"),
     "dev": ("tests",),
     "bench": ("bench",),

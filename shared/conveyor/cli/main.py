@@ -14,6 +14,7 @@ import click
 from botocore.exceptions import BotoCoreError, ClientError
 
 from conveyor.cli.cost_commands import cost
+from conveyor.cli.init_command import init
 from conveyor.cli.local_commands import local
 from conveyor.cli.ops_commands import COMMANDS
 from conveyor.cli.produce_commands import backfill, enqueue
@@ -85,6 +86,7 @@ for command in COMMANDS:
 cli.add_command(enqueue)
 cli.add_command(backfill)
 cli.add_command(cost)
+cli.add_command(init)
 
 
 @cli.command()

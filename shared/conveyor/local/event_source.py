@@ -343,7 +343,14 @@ class QueuePoller:
         with self.stats.lock:
             self.stats.in_flight += 1
         try:
-            deleted, whole_batch_failed = self._run_batch(batch)
+            deleted, whole_batch_failed = run_batch(
+                batch,
+                handler=self._handler,
+                declaration=self.declaration,
+                provisioned=self._provisioned,
+                sqs=self._sqs,
+                function_name=self._function_name,
+            )
         finally:
             with self.stats.lock:
                 self.stats.in_flight -= 1
@@ -353,29 +360,39 @@ class QueuePoller:
             self.stats.deleted += deleted
             self.stats.failed_batches += whole_batch_failed
 
-    def _run_batch(self, batch: list[dict[str, Any]]) -> tuple[int, bool]:
-        """Invoke the handler on the batch and delete what succeeded: (deleted, whole batch failed)."""
-        timeout = self.declaration.function_timeout.total_seconds()
-        context = LocalLambdaContext(
-            function_name=self._function_name, memory_limit_in_mb=self.declaration.memory_mb, timeout_s=timeout
-        )
-        batch_ids = {message["MessageId"] for message in batch}
-        event = {"Records": [to_lambda_record(message, queue_arn=self._provisioned.arn) for message in batch]}
-        started = time.monotonic()
-        try:
-            failed = failed_ids(self._handler(event, context.as_lambda_context()), batch_ids)
-        except Exception:
-            log.exception("invocation of %s failed; the whole batch returns to the queue", self._function_name)
-            failed = batch_ids
-        if time.monotonic() - started > timeout:
-            log.error(
-                "invocation of %s ran past its %ss timeout; the whole batch returns", self._function_name, timeout
-            )
-            failed = batch_ids
-        done = [message for message in batch if message["MessageId"] not in failed]
-        for entries in _entries(done):
-            self._sqs.delete_message_batch(QueueUrl=self._provisioned.url, Entries=entries)
-        return len(done), failed == batch_ids
+
+def run_batch(
+    batch: list[dict[str, Any]],
+    *,
+    handler: Handler,
+    declaration: Queue,
+    provisioned: ProvisionedQueue,
+    sqs: Any,
+    function_name: str,
+) -> tuple[int, bool]:
+    """Invoke ``handler`` on the received ``batch`` and delete what succeeded: (deleted, whole batch failed).
+
+    What the mapping does with one batch, apart from any thread: conveyor.testing drains queues through it too.
+    """
+    timeout = declaration.function_timeout.total_seconds()
+    context = LocalLambdaContext(
+        function_name=function_name, memory_limit_in_mb=declaration.memory_mb, timeout_s=timeout
+    )
+    batch_ids = {message["MessageId"] for message in batch}
+    event = {"Records": [to_lambda_record(message, queue_arn=provisioned.arn) for message in batch]}
+    started = time.monotonic()
+    try:
+        failed = failed_ids(handler(event, context.as_lambda_context()), batch_ids)
+    except Exception:
+        log.exception("invocation of %s failed; the whole batch returns to the queue", function_name)
+        failed = batch_ids
+    if time.monotonic() - started > timeout:
+        log.error("invocation of %s ran past its %ss timeout; the whole batch returns", function_name, timeout)
+        failed = batch_ids
+    done = [message for message in batch if message["MessageId"] not in failed]
+    for entries in _entries(done):
+        sqs.delete_message_batch(QueueUrl=provisioned.url, Entries=entries)
+    return len(done), failed == batch_ids
 
 
 class StateReader:

@@ -97,16 +97,17 @@ def _wait_for_messages(queue: Any, timeout: int) -> None:
     visibility timeout.
     """
     with _sqs_changed:
-        _sqs_changed.wait(min(timeout, _until_next_visible(queue)))
+        _sqs_changed.wait(min(timeout, until_next_visible(queue)))
     if _client_gone():  # after the wait: what woke it may be the message it must not take
         raise ClientGoneError("the client of this long poll closed its connection")
 
 
-def _until_next_visible(queue: Any) -> float:
+def until_next_visible(queue: Any) -> float:
     """Seconds until the next hidden or delayed message of ``queue`` becomes receivable (inf if none).
 
     moto checks for such messages once a second; waking when the next one is due finds a retry
-    (whose backoff is its visibility) as soon as SQS would hand it out.
+    (whose backoff is its visibility) as soon as SQS would hand it out. conveyor.testing's drain
+    moves its clock by it.
     """
     now_ms = time.time() * MILLISECONDS
     due = [

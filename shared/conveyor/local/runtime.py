@@ -40,8 +40,12 @@ from conveyor.worker.relay import Relay
 
 def local_environment(endpoint_url: str) -> dict[str, str]:
     """What every boto3 client in the process (the jobs' own included) needs to reach the endpoint."""
+    return {"AWS_ENDPOINT_URL": endpoint_url, **embedded_environment()}
+
+
+def embedded_environment() -> dict[str, str]:
+    """What every boto3 client needs for an embedded AWS, wherever it is (in this process: conveyor.testing)."""
     return {
-        "AWS_ENDPOINT_URL": endpoint_url,
         "AWS_REGION": REGION,
         "AWS_DEFAULT_REGION": REGION,
         "AWS_EC2_METADATA_DISABLED": "true",

@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from conveyor.contract import naming
 from conveyor.contract.cron import occurrences
+from conveyor.contract.errors import DeclarationError
 from conveyor.contract.schedule_inputs import render_input, schedule_input
 from conveyor.contract.schedules import Schedule
 from conveyor.contract.topology import Topology
@@ -192,6 +193,19 @@ class LocalScheduler:
                 self._pending.remove(firing)
                 sent.append(firing)
             return sent
+
+    def fire(self, schedule: str, moment: datetime) -> list[Firing]:
+        """Send now each shard's job of ``schedule``'s occurrence at ``moment``, whatever the clock says.
+
+        For tests (conveyor.testing's ``run_schedule``): one occurrence on demand, as Scheduler sends it.
+        """
+        firings = [self._firing(t, moment, delay=timedelta(0)) for t in self._targets if t.schedule.name == schedule]
+        if not firings:
+            declared = ", ".join(dict.fromkeys(target.schedule.name for target in self._targets)) or "none"
+            raise DeclarationError(f"unknown schedule {schedule!r} (declared: {declared})")
+        for firing in firings:
+            self._sqs.send_message(QueueUrl=firing.queue_url, MessageBody=firing.body)
+        return firings
 
     def pause(self) -> None:
         """Begin a simulated outage: nothing is sent until ``resume``."""

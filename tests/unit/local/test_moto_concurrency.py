@@ -15,7 +15,7 @@ from moto.sqs.models import sqs_backends
 
 from conveyor.local import moto_concurrency
 from conveyor.local.embedded import EmbeddedAws, free_port
-from conveyor.local.moto_concurrency import _until_next_visible
+from conveyor.local.moto_concurrency import until_next_visible
 
 REGION = "us-east-1"
 
@@ -30,15 +30,15 @@ def queue(empty_aws: None) -> tuple[Any, str, Any]:
 
 def test_an_empty_queue_or_a_visible_message_sets_no_wake_up(queue: tuple[Any, str, Any]) -> None:
     sqs, url, model = queue
-    assert _until_next_visible(model) == math.inf
+    assert until_next_visible(model) == math.inf
     sqs.send_message(QueueUrl=url, MessageBody="visible now")
-    assert _until_next_visible(model) == math.inf  # a receive takes it at once, or cannot (its FIFO group)
+    assert until_next_visible(model) == math.inf  # a receive takes it at once, or cannot (its FIFO group)
 
 
 def test_a_delayed_message_wakes_the_wait_when_its_delay_ends(queue: tuple[Any, str, Any]) -> None:
     sqs, url, model = queue
     sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=4)
-    assert 3 < _until_next_visible(model) <= 4.01
+    assert 3 < until_next_visible(model) <= 4.01
 
 
 def test_a_hidden_message_wakes_the_wait_when_its_visibility_ends(queue: tuple[Any, str, Any]) -> None:
@@ -46,7 +46,7 @@ def test_a_hidden_message_wakes_the_wait_when_its_visibility_ends(queue: tuple[A
     sqs.send_message(QueueUrl=url, MessageBody="retry me")
     sqs.receive_message(QueueUrl=url, VisibilityTimeout=7)
     sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=9)
-    assert 6 < _until_next_visible(model) <= 7.01  # the earliest of the two
+    assert 6 < until_next_visible(model) <= 7.01  # the earliest of the two
 
 
 POLL_FOREVER = """
