@@ -40,6 +40,7 @@ from conveyor.local.scheduler import LocalScheduler
 from conveyor.ops.dlq_entries import DlqEntry
 from conveyor.ops.dlq_scan import read_entries
 from conveyor.sdk.client import JobClient
+from conveyor.sdk.client_context import using_client
 from conveyor.testing import sent
 from conveyor.testing.queue_worker import QueueWorker
 from conveyor.worker.outcomes import JobOutcome, Kind
@@ -257,4 +258,6 @@ def run_jobs(topology: Topology | None = None, *, start: datetime | None = None)
         os.environ.update(provisioned.table_environment())
         jobs = Jobs(declared, provisioned, sqs=sqs, dynamodb=dynamodb, clock=clock)
         stack.enter_context(sent.recording(jobs._sent))
+        # A job's own enqueue (``charge_order.enqueue(...)``) goes through this block's client.
+        stack.enter_context(using_client(jobs.client))
         yield jobs

@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from conveyor import (
-    JobClient,
     JobContext,
     Payload,
     PermanentError,
@@ -24,6 +23,7 @@ from conveyor import (
     Topology,
     job,
 )
+from conveyor.sdk import default_client
 from conveyor.testing import DrainError, run_jobs
 
 # How often each handler ran, by job type and payload ("place_order:o1").
@@ -39,7 +39,8 @@ class Order(Payload):
 @job("place_order", queue="orders", model=Order, idempotency_key="{order_id}#place")
 def place_order(payload: Order, ctx: JobContext) -> None:
     calls[f"place_order:{payload.order_id}"] += 1
-    JobClient(TOPOLOGY).enqueue("send_receipt", {"order_id": payload.order_id})
+    # A job's own enqueue goes through the client of the run_jobs block it runs in.
+    send_receipt.enqueue(Order(order_id=payload.order_id))
 
 
 @job("send_receipt", queue="orders", model=Order)
@@ -110,6 +111,17 @@ def test_an_enqueued_job_runs_once_on_drain_and_its_follow_up_too() -> None:
         assert receipt.data == {"order_id": "o1"}
         assert jobs.enqueued("send_receipt", order_id="o2") == []
         assert jobs.dead_lettered() == []
+
+
+def test_a_typed_enqueue_inside_the_block_goes_through_its_client_and_only_there() -> None:
+    with run_jobs(TOPOLOGY, start=START) as jobs:
+        assert default_client() is jobs.client
+        job_id = place_order.enqueue(Order(order_id="o7"))
+        assert [envelope.id for envelope in jobs.enqueued(place_order)] == [job_id]
+        jobs.drain()
+        assert jobs.succeeded(send_receipt) == 1
+
+    assert default_client() is not jobs.client
 
 
 def test_a_repeated_job_is_absorbed_by_idempotency_and_its_effect_happens_once() -> None:
