@@ -6,7 +6,6 @@ scenario's invariants against what actually happened (outcomes, DLQ contents, ef
 """
 
 import json
-import logging
 import sys
 import threading
 import time
@@ -20,10 +19,9 @@ from typing import Any, Protocol, TextIO
 
 from conveyor.contract import message_attributes as attrs
 from conveyor.contract.schedules import Schedule
-from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.timestamps import utc_text
 from conveyor.local.provision import Provisioned
-from conveyor.local.runtime import LocalRuntime
+from conveyor.local.runtime import LocalRuntime, worker_log_handlers
 from conveyor.local.strict import refused
 from conveyor.ops.stats import JobStats, percentile, read_stats, render_stats
 from conveyor.ops.status import queue_counts
@@ -246,9 +244,9 @@ def settled(runtime: LocalRuntime) -> bool:
 
 @contextmanager
 def worker_logs_to(path: Path) -> Iterator[None]:
-    """Send the workers' output (JSON logs, EMF metric lines) to a file; the terminal shows progress."""
+    """Send the workers' output (their JSON logs) to a file; the terminal shows progress."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handlers = [h for h in logging.getLogger(SERVICE_NAME).handlers if isinstance(h, logging.StreamHandler)]
+    handlers = worker_log_handlers()
     with path.open("w") as log_file, redirect_stdout(log_file):
         previous = [handler.setStream(log_file) for handler in handlers]
         try:
