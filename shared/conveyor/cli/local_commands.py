@@ -17,12 +17,13 @@ from conveyor.cli.support import log_format_option
 from conveyor.contract.errors import DeclarationError
 from conveyor.contract.loader import load_attribute, resolve, topology_spec
 from conveyor.contract.topology import Topology
-from conveyor.local.console import PrettyConsole, TextSink, resolve_log_format
+from conveyor.local.console import JsonConsole, PrettyConsole, resolve_log_format
 from conveyor.local.demo import Scenario, run_demo
 from conveyor.local.embedded import DEFAULT_PORT, EmbeddedAws, LocalRuntimeError, free_port
 from conveyor.local.emf import RAW_VALUES_FILE
 from conveyor.local.reload import Reloader, changes, watched_paths
 from conveyor.local.runtime import LocalRuntime, local_environment
+from conveyor.local.text_sink import TextSink
 
 DEFAULT_GRACE_S = 30.0
 STOP_CHECK_S = 0.2
@@ -77,7 +78,7 @@ def _console(requested: str) -> TextSink:
     """Where the workers' output goes: readable lines (on a terminal, or asked for) or their JSON lines."""
     if resolve_log_format(requested, sys.stdout) == "pretty":
         return PrettyConsole(Console(file=sys.stdout, highlight=False))
-    return sys.stdout
+    return JsonConsole(sys.stdout)
 
 
 def export_lines(endpoint_url: str) -> list[str]:

@@ -4,17 +4,21 @@ The harness logs one line per outcome (conveyor.worker.harness ``_report``) with
 ``queue``, ``job_type``, ``job_id``, ``attempt`` and, as they apply, ``duration_ms``, ``reason``,
 ``delay_s``, ``error_class``, ``error`` and ``exception`` (the masked traceback). This module reads
 those fields back; it never parses the message text. Other JSON records (a job's own logging, the
-harness's warnings) get a line of their own; anything else passes through as it came.
+harness's warnings) get a line of their own; anything else passes through as it came. EMF
+documents are for the metrics sink (conveyor.local.emf), never the console: both formats drop them.
 """
 
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.text import Text
+
+from conveyor.local.emf import emf_document
+from conveyor.local.text_sink import TextSink
 
 LogFormat = Literal["pretty", "json"]
 # `--log-format`: readable lines on a terminal, JSON lines elsewhere, unless one is asked for.
@@ -33,18 +37,9 @@ OUTCOME_STYLES = {
 }
 LEVEL_STYLES = {"DEBUG": "dim", "INFO": "", "WARNING": "yellow", "ERROR": "red", "CRITICAL": "bold red"}
 OUTCOME_WIDTH = len("dead-lettered")
-# Delays from here on are shown in whole seconds.
+# Delays under a second are shown in milliseconds, from ten seconds on in whole seconds.
 ROUND_SECONDS_FROM = 10
-
-
-class TextSink(Protocol):
-    """What the workers' output is written to: a text stream (sys.stdout) or a stage in front of one."""
-
-    def write(self, text: str, /) -> int: ...
-
-    def flush(self) -> None: ...
-
-    def isatty(self) -> bool: ...
+MILLISECONDS = 1000
 
 
 def resolve_log_format(requested: str, out: TextSink) -> LogFormat:
@@ -115,6 +110,8 @@ def _clock(moment: datetime | None) -> str:
 
 
 def _seconds(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * MILLISECONDS:.0f}ms"
     return f"{seconds:.1f}s" if seconds < ROUND_SECONDS_FROM else f"{seconds:.0f}s"
 
 
@@ -148,6 +145,25 @@ def record_line(record: Mapping[str, Any]) -> Text:
     return line
 
 
+class JsonConsole:
+    """The workers' lines as they wrote them, but for EMF documents."""
+
+    def __init__(self, out: TextSink) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if emf_document(line) is None:
+                self._out.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def isatty(self) -> bool:
+        return self._out.isatty()
+
+
 class PrettyConsole:
     """A stdout for the workers that prints what they log the way a person reads it.
 
@@ -173,7 +189,7 @@ class PrettyConsole:
         record = log_record(line)
         if record is None:
             self._console.print(Text(line), soft_wrap=True)
-        else:
+        elif emf_document(line) is None:
             self.record(record)
 
     def record(self, record: Mapping[str, Any]) -> None:

@@ -244,7 +244,7 @@ def settled(runtime: LocalRuntime) -> bool:
 
 @contextmanager
 def worker_logs_to(path: Path) -> Iterator[None]:
-    """Send the workers' output (their JSON logs) to a file; the terminal shows progress."""
+    """Send the workers' output (JSON logs, EMF metric lines) to a file; the terminal shows progress."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handlers = worker_log_handlers()
     with path.open("w") as log_file, redirect_stdout(log_file):

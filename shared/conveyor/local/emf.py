@@ -1,9 +1,9 @@
 """Locally, what CloudWatch Logs does with EMF in AWS: turn the workers' EMF lines into metrics.
 
-The forwarder stands in for stdout in the local runtime. Every other line still goes where it
-went; EMF documents go to the embedded CloudWatch instead (never to the console), and their raw
-values are appended to a file, since moto computes no percentiles and `conveyor stats` must
-compute them from those.
+The forwarder stands in for stdout in the local runtime. Every line still goes where it went
+(EMF lines are log bytes in AWS too; the console drops them: conveyor.local.console); EMF
+documents are also published to the embedded CloudWatch, and their raw values appended to a
+file, since moto computes no percentiles and `conveyor stats` must compute them from those.
 """
 
 import json
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from conveyor.local.console import TextSink
+from conveyor.local.text_sink import TextSink
 
 MILLISECONDS = 1000
 RAW_VALUES_FILE = Path(".cache/local/metrics.jsonl")
@@ -55,7 +55,7 @@ def metric_data(document: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
 
 
 class EmfForwarder:
-    """A stdout that passes every line but EMF documents through, and forwards those to CloudWatch."""
+    """A stdout that passes every line through and forwards EMF documents to CloudWatch."""
 
     def __init__(self, passthrough: TextSink, cloudwatch: Any, raw_values: Path = RAW_VALUES_FILE) -> None:
         self._passthrough = passthrough
@@ -79,10 +79,10 @@ class EmfForwarder:
         return False
 
     def _line(self, line: str) -> None:
+        with self._lock:
+            self._passthrough.write(line + "\n")
         document = emf_document(line)
         if document is None:
-            with self._lock:
-                self._passthrough.write(line + "\n")
             return
         namespace, entries = metric_data(document)
         self._cloudwatch.put_metric_data(Namespace=namespace, MetricData=entries)

@@ -1,8 +1,9 @@
 """Locally, what Lambda does with a worker's stdout: its log records reach CloudWatch Logs.
 
 The shipper stands in the workers' output path behind the EMF forwarder: every line still goes
-where it went, and each JSON record that names a queue (every line a job logs does) is also put,
-about once a second, in that queue's worker log group on the embedded AWS. So `conveyor tail`
+where it went, and each JSON record that names a queue (every line a job logs does, and the EMF
+documents, as in AWS) is also put, about once a second, in that queue's worker log group on the
+embedded AWS. So `conveyor tail`
 reads job events with one code path, FilterLogEvents, locally as in AWS.
 """
 
@@ -16,7 +17,8 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from conveyor.contract import limits
-from conveyor.local.console import TextSink, log_record
+from conveyor.local.console import log_record
+from conveyor.local.text_sink import TextSink
 
 FLUSH_EVERY_S = 1.0
 MILLISECONDS = 1000

@@ -35,13 +35,25 @@ def port_owner(port: int, proc: Path = PROC) -> str | None:
         return None
     sockets = {f"socket:[{inode}]" for inode in inodes}
     for pid_dir in proc.iterdir():
-        if not pid_dir.name.isdigit():
-            continue
-        try:
-            links = {os.readlink(fd) for fd in (pid_dir / "fd").iterdir()}
-            if links & sockets:
+        if pid_dir.name.isdigit() and _links(pid_dir / "fd") & sockets:
+            try:
                 command = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-                return f"pid {pid_dir.name} ({command[:MAX_COMMAND_CHARS]})"
-        except OSError:  # gone, or another user's
-            continue
+            except OSError:  # exited meanwhile
+                command = "?"
+            return f"pid {pid_dir.name} ({command[:MAX_COMMAND_CHARS]})"
     return None
+
+
+def _links(fds: Path) -> set[str]:
+    """What a process's open file descriptors point at, as far as this user may read them."""
+    try:
+        entries = list(fds.iterdir())
+    except OSError:  # gone, or another user's
+        return set()
+    links = set()
+    for fd in entries:
+        try:
+            links.add(os.readlink(fd))
+        except OSError:  # closed meanwhile
+            continue
+    return links

@@ -10,6 +10,7 @@ line, and the workers already running go on with the code they have.
 import importlib
 import importlib.util
 import sys
+import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,10 @@ class Reloader:
             finished = self._runtime.reload(topology, self._grace_s)
         # Whatever the edited code raises (a SyntaxError mid-edit, say): a dev server reports it and runs on.
         except Exception as error:
-            self._say(f"conveyor: reload failed ({type(error).__name__}: {error}); the workers run the previous code")
+            where = self._where(error)
+            self._say(
+                f"conveyor: reload failed ({where}{type(error).__name__}: {error}); the workers run the previous code"
+            )
             return False
         added = sorted(set(self._runtime.provisioned.queues) - before)
         self._say(
@@ -75,6 +79,14 @@ class Reloader:
             + ("" if finished else "; batches still running were left to return to their queues")
         )
         return True
+
+    def _where(self, error: Exception) -> str:
+        """``"<file>:<line>: "`` of the innermost frame in the project's code, if the error came from there."""
+        roots = [str(path) for path in watched_paths(self._spec)]
+        frames = [
+            frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename.startswith(tuple(roots))
+        ]
+        return f"{frames[-1].filename}:{frames[-1].lineno}: " if frames and roots else ""
 
     def follow(self, batches: Iterable[set[tuple[Any, str]]]) -> None:
         """Reload once per batch of changes (from ``changes``, or a test's own), until they end."""

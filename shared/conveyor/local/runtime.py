@@ -32,7 +32,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from conveyor.contract import naming
 from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.topology import Topology
-from conveyor.local.console import TextSink
 from conveyor.local.embedded import LOCAL_CREDENTIALS, REGION, LocalRuntimeError
 from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
 from conveyor.local.event_source import QueuePoller, StateReader
@@ -40,6 +39,7 @@ from conveyor.local.log_shipper import LogShipper
 from conveyor.local.provision import Provisioned, provision
 from conveyor.local.scheduler import LocalScheduler, ScheduleClock
 from conveyor.local.stream_source import StreamPoller
+from conveyor.local.text_sink import TextSink
 from conveyor.ops.event_sources import LocalEventSources
 from conveyor.worker.handler import Worker
 from conveyor.worker.harness import Harness
@@ -125,7 +125,8 @@ class LocalRuntime:
 
         The workers' output goes through an EMF forwarder and a log shipper, as their output would go
         through CloudWatch Logs in AWS: metrics reach the embedded CloudWatch (raw values
-        ``raw_values``), log records their queue's log group, and all but EMF ``console`` (stdout).
+        ``raw_values``), log records their queue's log group, and every line ``console`` (stdout,
+        unless a console from conveyor.local.console, which drops EMF, is given).
         """
         self.provision()
         self._stdout = sys.stdout

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
+import aws_lambda_powertools
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
@@ -65,6 +67,19 @@ OUTCOME_MESSAGES = {
     Kind.DEFERRED: "job deferred to the next invocation",
 }
 IN_PROGRESS_ELSEWHERE = "job in progress elsewhere; snoozed"
+
+
+# Frames in these (the harness, Powertools' idempotency) lead to every job's code: a job's traceback starts after them.
+_RUNNER_DIRS = (str(Path(__file__).parents[1]), str(Path(aws_lambda_powertools.__file__ or "").parent))
+
+
+def job_traceback(error: BaseException) -> str:
+    """``error``'s traceback from the job's own first frame on (all of it if it never reached the job's code)."""
+    trace = traceback.TracebackException.from_exception(error)
+    frames = list(trace.stack)
+    first = next((index for index, frame in enumerate(frames) if not frame.filename.startswith(_RUNNER_DIRS)), 0)
+    trace.stack = traceback.StackSummary.from_list(frames[first:])
+    return "".join(trace.format()).rstrip()
 
 
 class RetryScheduledError(Exception):
@@ -467,8 +482,7 @@ class Harness:
         if error is not None:
             fields |= {"error_class": outcome.error_class, "error": self._describe(error, envelope)}
             if started_at is not None:  # the handler raised it: where is worth reading, masked as the text is
-                trace = "".join(traceback.format_exception(error)).rstrip()
-                fields["exception"] = self._mask(trace, envelope)
+                fields["exception"] = self._mask(job_traceback(error), envelope)
         log = {Kind.RETRIED: logger.warning, Kind.DEAD_LETTERED: logger.error}.get(kind, logger.info)
         log(message or OUTCOME_MESSAGES[kind], extra=fields)
 

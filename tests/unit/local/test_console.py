@@ -18,7 +18,7 @@ from conveyor.contract.errors import PermanentError, RetryableError, Snooze
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload, sensitive
 from conveyor.contract.topology import Topology
-from conveyor.local.console import JobEvent, PrettyConsole, log_record, resolve_log_format
+from conveyor.local.console import JobEvent, JsonConsole, PrettyConsole, log_record, resolve_log_format
 from tests.aws import moto_aws
 from tests.harness_support import FIXED_NOW, QueueDriver, envelope
 
@@ -113,6 +113,8 @@ def test_a_retry_shows_reason_error_and_backoff_then_the_masked_traceback(
 ) -> None:
     shown = plain(run(driver, logs, "retry", "job-retry-02"))
     event_line = next(line for line in shown.splitlines() if " retried " in line)
+    # The trace starts at the job's own code: the harness and Powertools frames before it are the same for every job.
+    assert shown.split("Traceback (most recent call last):\n", 1)[1].startswith(f'  File "{__file__}"')
     assert "attempt 1  retryable_error  RetryableError: provider refused ***" in event_line
     assert "(again in " in event_line
     assert "Traceback (most recent call last):" in shown
@@ -184,3 +186,17 @@ def test_records_round_trip_as_json(driver: QueueDriver, logs: io.StringIO) -> N
     for line in run(driver, logs, "retry", "job-json-001"):
         record: Any = json.loads(line)
         assert isinstance(record, dict)
+
+
+def test_emf_documents_never_reach_the_console_in_either_format(
+    driver: QueueDriver, logs: io.StringIO, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log_lines = run(driver, logs, "ok", "job-emf-0001")
+    emf_lines = [line for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert emf_lines, "the worker wrote its metrics as EMF"
+    lines = [*log_lines, *emf_lines]
+    as_json = io.StringIO()
+    JsonConsole(as_json).write("".join(line + "\n" for line in lines))
+    assert as_json.getvalue().splitlines() == log_lines
+    assert "_aws" not in plain(lines)
+    assert len(plain(lines).splitlines()) == len(log_lines)

@@ -52,7 +52,7 @@ def test_an_emf_document_becomes_put_metric_data_entries() -> None:
     assert by_name["Succeeded"]["Timestamp"] == NOW
 
 
-def test_log_lines_pass_through_and_emf_reaches_cloudwatch_only(cloudwatch: Any, tmp_path: Path) -> None:
+def test_lines_pass_through_and_emf_reaches_cloudwatch(cloudwatch: Any, tmp_path: Path) -> None:
     out = io.StringIO()
     raw = tmp_path / "metrics.jsonl"
     forwarder = EmfForwarder(out, cloudwatch, raw)
@@ -62,9 +62,7 @@ def test_log_lines_pass_through_and_emf_reaches_cloudwatch_only(cloudwatch: Any,
     forwarder.write("\n")
     forwarder.write(line[:40])
     forwarder.write(line[40:] + "\n")
-    # EMF is for the metrics sink, never the console.
-    assert out.getvalue() == '{"level":"INFO","message":"job succeeded"}\n'
-
+    assert out.getvalue() == '{"level":"INFO","message":"job succeeded"}\n' + line + "\n"
     result = cloudwatch.get_metric_data(
         MetricDataQueries=[
             {
