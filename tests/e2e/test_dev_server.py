@@ -25,11 +25,12 @@ from conveyor.contract import naming
 from conveyor.contract.loader import load_topology
 from conveyor.contract.topology import Topology
 from conveyor.local.console import JobEvent
-from conveyor.local.demo import Observed
+from conveyor.local.demo import Observed, queue_depth
 from conveyor.local.reload import Reloader, forget, watched_paths
 from conveyor.local.runtime import LocalRuntime, worker_log_groups
 from conveyor.ops.tail import TailFilter, follow
 from conveyor.sdk.client import JobClient
+from conveyor.sdk.prepare import JobRequest
 from conveyor.worker.outcomes import Kind
 from tests.e2e.conftest import STOP_S, LocalAws, wait_until
 
@@ -195,3 +196,27 @@ def test_tail_follows_the_running_runtimes_job_events_through_the_embedded_cloud
     assert exited.value.code == 130
     events = [JobEvent.of(json.loads(line)) for line in out.splitlines()]
     assert [(e.job_id, e.outcome, e.queue) for e in events if e] == [(job_id, "succeeded", "first")]
+
+
+def test_after_a_reload_the_relay_reads_the_outbox_on_and_does_not_replay_it(
+    aws: LocalAws, dev: tuple[LocalRuntime, Observed], project: tuple[str, Path]
+) -> None:
+    runtime, observed = dev
+    spec, _ = project
+    client = JobClient(runtime.topology, sqs_client=aws.sqs, dynamodb_client=aws.dynamodb)
+    (before,) = client.transact([], [JobRequest("first_note", {"text": "through the outbox"})])
+    wait_until(lambda: succeeded(observed, before), "the relayed job ran")
+
+    assert Reloader(runtime, spec, grace_s=STOP_S, say=lambda line: None).reload()
+
+    (after,) = client.transact([], [JobRequest("first_note", {"text": "after the reload"})])
+    wait_until(lambda: succeeded(observed, after), "a job written after the reload was relayed")
+    # A replay from the stream's start would have sent `before` again, ahead of `after`: by now it would have run.
+    first = runtime.provisioned.queues["first"].url
+    wait_until(
+        lambda: queue_depth(aws.sqs, first).total == 0 and runtime.pollers["first"].stats.in_flight == 0,
+        "the queue is drained",
+    )
+    with observed.lock:
+        runs = [o.kind for o in observed.outcomes if o.job_id == before]
+    assert runs == [Kind.SUCCEEDED]

@@ -141,17 +141,19 @@ class LocalRuntime:
         """Run ``topology``'s workers instead of the current ones; True if no batch was left running.
 
         What it adds is provisioned first, while the old workers run (a refusal leaves them as they
-        were); existing queues and their messages stay as they are. Then the workers restart.
+        were); existing queues and their messages stay as they are. Then the workers restart, and
+        the relays read their streams on from where they were.
         """
         provisioned = provision(topology, sqs=self.sqs, dynamodb=self.dynamodb)
         if self._shipper is not None:
             self._shipper.add_groups(worker_log_groups(topology))
         finished = self._stop_workers(grace_s)
         self.topology, self._provisioned, self._scheduler = topology, provisioned, None
-        self._start_workers()
+        self._start_workers(resume=self.stream_pollers)
         return finished
 
-    def _start_workers(self) -> None:
+    def _start_workers(self, resume: dict[str, StreamPoller] | None = None) -> None:
+        """Start the queue pollers, the scheduler and the relays (reading on where those of ``resume`` stopped)."""
         provisioned = self.provisioned
         self.pollers, self.stream_pollers = {}, {}
         # The stack gives every worker these variables; here all workers share one process.
@@ -189,6 +191,8 @@ class LocalRuntime:
                 dlq_url=provisioned.relay_dlq_url,
                 function_name=f"{naming.current_prefix()}-relay-{source}",
             )
+            if resume and source in resume:
+                stream_poller.resume_after(resume[source])
             self.stream_pollers[source] = stream_poller
             stream_poller.start()
         if self.topology.schedules:
