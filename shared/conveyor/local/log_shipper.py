@@ -109,11 +109,14 @@ class LogShipper:
         self._stopping.set()
         if self._thread.is_alive():
             self._thread.join()
-        self.flush_logs()
+        self._ship()
 
     def _run(self) -> None:
         while not self._stopping.wait(FLUSH_EVERY_S):
-            try:
-                self.flush_logs()
-            except (BotoCoreError, ClientError) as error:  # the console still has them; tail misses them
-                logger.warning("could not ship worker logs to the embedded CloudWatch Logs: %s", error)
+            self._ship()
+
+    def _ship(self) -> None:
+        try:
+            self.flush_logs()
+        except (BotoCoreError, ClientError) as error:  # the console still has them; only tail misses them
+            logger.warning("could not ship worker logs to the embedded CloudWatch Logs: %s", error)

@@ -68,3 +68,18 @@ def test_batches_keep_within_put_log_events_limits() -> None:
     assert [len(batch) for batch in batches(events)] == [1, 1, 1]  # two halves plus overhead exceed the limit
     small = [{"timestamp": 1, "message": "m"}] * (limits.LOGS_MAX_BATCH_EVENTS + 1)
     assert [len(batch) for batch in batches(small)] == [limits.LOGS_MAX_BATCH_EVENTS, 1]
+
+
+def test_a_refused_shipment_is_one_warning_and_the_console_keeps_the_lines(
+    logs: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    out = io.StringIO()
+    ship = LogShipper(out, logs, GROUPS)
+    ship.start()
+    logs.delete_log_group(logGroupName=GROUPS["bulk"])  # gone from under it
+    line = json.dumps({"queue": "bulk", "message": "unshippable"})
+    ship.write(line + "\n")
+    ship.stop()
+    assert out.getvalue() == line + "\n"
+    (warning,) = [record for record in caplog.records if record.name == "conveyor.local.log_shipper"]
+    assert "ResourceNotFoundException" in warning.getMessage()
