@@ -117,7 +117,7 @@ class JobQueue(Construct):
         self, package: WorkerPackage, tables: WorkerTables, log_retention: logs.RetentionDays
     ) -> lambda_.Function:
         declaration = self.declaration
-        log_group = logs.LogGroup(self, "WorkerLogs", retention=log_retention)
+        self.log_group = log_group = logs.LogGroup(self, "WorkerLogs", retention=log_retention)
         # An explicit role instead of the AWSLambdaBasicExecutionRole managed policy, so the
         # function can write to its own log group and nowhere else.
         role = iam.Role(self, "WorkerRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))

@@ -30,6 +30,8 @@ SCHEDULE_ACTIONS = ("scheduler:CreateSchedule", "scheduler:GetSchedule", "schedu
 AUDIT_ACTIONS = ("dynamodb:PutItem", "dynamodb:Scan")
 # The redrive canary checks a redriven job's idempotency record.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem",)
+# `conveyor tail` follows job events in the workers' log groups.
+LOG_ACTIONS = ("logs:FilterLogEvents",)
 # `conveyor stats` reads job metrics (GetMetricData); `conveyor status` a queue's oldest-message age
 # (GetMetricStatistics). Neither has resource-level permissions.
 METRIC_ACTIONS = ("cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics")
@@ -96,6 +98,7 @@ class Operations(Construct):
         )
         self.operator_policy = self._operator_policy(
             prefix=prefix,
+            log_group_arns=[job_queue.log_group.log_group_arn for job_queue in job_queues.values()],
             queue_arns=[
                 arn for job_queue in job_queues.values() for arn in (job_queue.queue.queue_arn, job_queue.dlq.queue_arn)
             ],
@@ -116,6 +119,7 @@ class Operations(Construct):
         self,
         *,
         prefix: str,
+        log_group_arns: list[str],
         queue_arns: list[str],
         mapping_arns: list[str],
         schedule_arns: list[str],
@@ -140,6 +144,7 @@ class Operations(Construct):
                 ),
                 iam.PolicyStatement(actions=list(AUDIT_ACTIONS), resources=[self.audit_table.table_arn]),
                 iam.PolicyStatement(actions=list(IDEMPOTENCY_ACTIONS), resources=[idempotency_table.table_arn]),
+                iam.PolicyStatement(actions=list(LOG_ACTIONS), resources=log_group_arns),
                 iam.PolicyStatement(actions=list(METRIC_ACTIONS), resources=["*"]),
             ],
         )

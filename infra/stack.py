@@ -144,6 +144,7 @@ class ConveyorStack(Stack):
                 (outputs.QUEUE_URL, job_queue.queue.queue_url),
                 (outputs.DLQ_URL, job_queue.dlq.queue_url),
                 (outputs.WORKER_FUNCTION, job_queue.function.function_name),
+                (outputs.WORKER_LOG_GROUP, job_queue.log_group.log_group_name),
                 (outputs.EVENT_SOURCE_MAPPING, job_queue.event_source.event_source_mapping_id),
             ):
                 CfnOutput(self, outputs.queue_output_key(name, resource), value=value)

@@ -7,6 +7,7 @@ Workers run as `conveyor` processes from the console script, each in the test's 
 """
 
 import json
+import os
 import signal
 import socket
 from datetime import UTC, datetime
@@ -200,3 +201,5 @@ def test_port_in_use_is_one_line_and_nonzero(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"conveyor: port {port}"), result.stderr
+    # The holder is this test's process: named from /proc, so the operator knows what to stop.
+    assert f"held by pid {os.getpid()} (" in lines[0], result.stderr

@@ -144,6 +144,9 @@ def test_operator_policy_grants_exactly_what_jobs_needs(synthesized: Synthesized
         ids = synthesized.of_queue(name)
         expected[f"${{{ids.queue}.Arn}}"] = queue_actions
         expected[f"${{{ids.dlq}.Arn}}"] = queue_actions
+        # `conveyor tail` reads each worker's own log group, and no other.
+        log_group = synthesized.properties(ids.function)["LoggingConfig"]["LogGroup"]["Ref"]
+        expected[f"${{{log_group}.Arn}}"] = {"logs:FilterLogEvents"}
         schedule = f"schedule/{SCHEDULE_GROUP}/{schedules.name(name)}"
         expected[f"arn:${{AWS::Partition}}:scheduler:${{AWS::Region}}:${{AWS::AccountId}}:{schedule}"] = {
             "scheduler:CreateSchedule",

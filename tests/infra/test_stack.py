@@ -379,6 +379,8 @@ def test_outputs_let_tools_find_each_queue(synthesized: Synthesized, name: str) 
     assert stack_outputs[outputs.queue_output_key(name, outputs.QUEUE_URL)]["Value"] == {"Ref": ids.queue}
     assert stack_outputs[outputs.queue_output_key(name, outputs.DLQ_URL)]["Value"] == {"Ref": ids.dlq}
     assert stack_outputs[outputs.queue_output_key(name, outputs.WORKER_FUNCTION)]["Value"] == {"Ref": ids.function}
+    log_group = synthesized.properties(ids.function)["LoggingConfig"]["LogGroup"]
+    assert stack_outputs[outputs.queue_output_key(name, outputs.WORKER_LOG_GROUP)]["Value"] == log_group
     mapping_output = stack_outputs[outputs.queue_output_key(name, outputs.EVENT_SOURCE_MAPPING)]["Value"]
     assert synthesized.resources[mapping_output["Ref"]]["Type"] == "AWS::Lambda::EventSourceMapping"
 

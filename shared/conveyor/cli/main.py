@@ -19,6 +19,8 @@ from conveyor.cli.local_commands import local
 from conveyor.cli.ops_commands import COMMANDS
 from conveyor.cli.produce_commands import backfill, enqueue
 from conveyor.cli.project import Project
+from conveyor.cli.support import EXIT_INTERRUPTED
+from conveyor.cli.tail_command import tail
 from conveyor.contract.durations import format_duration, parse_duration
 from conveyor.contract.errors import DeclarationError
 from conveyor.contract.loader import TOPOLOGY_ENV
@@ -87,6 +89,7 @@ cli.add_command(enqueue)
 cli.add_command(backfill)
 cli.add_command(cost)
 cli.add_command(init)
+cli.add_command(tail)
 
 
 @cli.command()
@@ -201,4 +204,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(error.exit_code)
     except click.Abort:
         click.echo("conveyor: aborted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)

@@ -18,6 +18,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as EndpointUnreachableError
 
+from conveyor.local.console import AUTO, LOG_FORMAT_CHOICES
 from conveyor.ops.dlq_scan import HoldLostError
 from conveyor.ops.event_sources import EventSourceNotFoundError
 from conveyor.ops.tables import render_table
@@ -30,6 +31,16 @@ EXIT_UNREACHABLE = 5
 EXIT_AWS_ERROR = 6
 # The operation ran but did not reach its goal: a canary failed, a drain timed out.
 EXIT_INCOMPLETE = 7
+# Stopped with Ctrl-C, as a shell reports it (128 + SIGINT).
+EXIT_INTERRUPTED = 130
+
+log_format_option = click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMAT_CHOICES),
+    default=AUTO,
+    show_default=True,
+    help="pretty: one coloured line per job event; json: the workers' JSON lines; auto: pretty on a terminal.",
+)
 
 
 class NotFound(click.ClickException):

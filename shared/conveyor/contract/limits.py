@@ -86,3 +86,10 @@ SCHEDULER_MAX_FLEXIBLE_WINDOW = timedelta(minutes=1440)
 SCHEDULER_MAX_RETRY_ATTEMPTS = 185
 SCHEDULER_MIN_EVENT_AGE = timedelta(seconds=60)
 SCHEDULER_MAX_EVENT_AGE = timedelta(hours=24)
+
+# https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_PutLogEvents.html
+# "The maximum batch size is 1,048,576 bytes. This size is calculated as the sum of all event
+# messages in UTF-8, plus 26 bytes for each log event." "The maximum number of log events in a batch is 10,000."
+LOGS_MAX_BATCH_BYTES = 1_048_576
+LOGS_EVENT_OVERHEAD_BYTES = 26
+LOGS_MAX_BATCH_EVENTS = 10_000

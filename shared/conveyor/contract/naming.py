@@ -26,6 +26,16 @@ def dlq_name(queue: str, *, fifo: bool = False, prefix: str | None = None) -> st
     return queue_name(f"{queue}-dlq", fifo=fifo, prefix=prefix)
 
 
+def worker_function_name(queue: str, *, prefix: str | None = None) -> str:
+    """A queue's worker function as the local runtime names it (in AWS the stack names it)."""
+    return f"{queue_name(queue, prefix=prefix)}-worker"
+
+
+def local_worker_log_group(queue: str) -> str:
+    """Where the local runtime ships a queue's worker logs: Lambda's default group for that function name."""
+    return f"/aws/lambda/{worker_function_name(queue)}"
+
+
 def table_name(table: str, *, prefix: str | None = None) -> str:
     """A table's local physical name; in AWS the stack names tables and passes the names on."""
     return f"{prefix or current_prefix()}-{table}"

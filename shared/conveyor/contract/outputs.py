@@ -9,6 +9,8 @@ STACK_NAME = "Conveyor"
 QUEUE_URL = "QueueUrl"
 DLQ_URL = "DlqUrl"
 WORKER_FUNCTION = "WorkerFunction"
+# The worker's log group, which `conveyor tail` reads.
+WORKER_LOG_GROUP = "WorkerLogGroup"
 EVENT_SOURCE_MAPPING = "EventSourceMapping"
 IDEMPOTENCY_TABLE = "IdempotencyTable"
 ALARM_TOPIC = "AlarmTopic"

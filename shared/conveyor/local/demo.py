@@ -6,7 +6,6 @@ scenario's invariants against what actually happened (outcomes, DLQ contents, ef
 """
 
 import json
-import logging
 import sys
 import threading
 import time
@@ -18,12 +17,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
 from conveyor.contract import message_attributes as attrs
 from conveyor.contract.schedules import Schedule
-from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.timestamps import utc_text
 from conveyor.local.provision import Provisioned
-from conveyor.local.runtime import LocalRuntime
+from conveyor.local.runtime import LocalRuntime, worker_log_handlers
 from conveyor.local.strict import refused
 from conveyor.ops.stats import JobStats, percentile, read_stats, render_stats
 from conveyor.ops.status import queue_counts
@@ -216,27 +218,32 @@ def schedule_lines(history: ScheduleHistory) -> list[str]:
 
 
 class Progress:
-    """Per queue: depth, in flight, done, retried and dead-lettered, redrawn in place on a terminal."""
+    """Per queue: depth, in flight, done, retried and dead-lettered, redrawn in place on a terminal (rich's Live)."""
 
     def __init__(self, runtime: LocalRuntime, observed: Observed, out: TextIO) -> None:
         self._runtime = runtime
         self._observed = observed
         self._out = out
-        self._tty = out.isatty()
-        self._drawn = 0
+        # The workers' output is already in their log file: Live must not take over sys.stdout.
+        self._live = Live(console=Console(file=out), auto_refresh=False, redirect_stdout=False, redirect_stderr=False)
         self._last_plain = 0.0
 
     def show(self, elapsed: float, *, final: bool = False) -> None:
         lines = self._lines(elapsed)
-        if self._tty:
-            if self._drawn:
-                self._out.write(f"\x1b[{self._drawn}F")
-            self._out.write("".join(f"\x1b[2K{line}\n" for line in lines))
-            self._drawn = len(lines)
+        if self._live.console.is_terminal:
+            if not self._live.is_started:
+                self._live.start()
+            self._live.update(Text("\n".join(lines)), refresh=True)
+            if final:
+                self.stop()
         elif final or time.monotonic() - self._last_plain >= PLAIN_PROGRESS_EVERY_S:
             self._out.write("\n".join(lines) + "\n")
             self._last_plain = time.monotonic()
         self._out.flush()
+
+    def stop(self) -> None:
+        """Leave the terminal as it was (the cursor shown again), however the run ended."""
+        self._live.stop()
 
     def _lines(self, elapsed: float) -> list[str]:
         with self._observed.lock:
@@ -264,7 +271,7 @@ def settled(runtime: LocalRuntime) -> bool:
 def worker_logs_to(path: Path) -> Iterator[None]:
     """Send the workers' output (JSON logs, EMF metric lines) to a file; the terminal shows progress."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handlers = [h for h in logging.getLogger(SERVICE_NAME).handlers if isinstance(h, logging.StreamHandler)]
+    handlers = worker_log_handlers()
     with path.open("w") as log_file, redirect_stdout(log_file):
         previous = [handler.setStream(log_file) for handler in handlers]
         try:
@@ -389,15 +396,16 @@ def run_demo(
         runtime.start(raw_values=raw_values)
         started = time.monotonic()
         producer = _Producer(scenario, runtime)
+        progress = Progress(runtime, observed, out)
         try:
             producer.start()
-            progress = Progress(runtime, observed, out)
             while (producer.is_alive() or not settled(runtime)) and time.monotonic() - started < SETTLE_TIMEOUT_S:
                 progress.show(time.monotonic() - started)
                 time.sleep(REFRESH_S)
             progress.show(time.monotonic() - started, final=True)
             producer.raise_failure()
         finally:
+            progress.stop()
             runtime.drain(grace_s=DRAIN_GRACE_S)
     observed.dead_letters = read_dead_letters(runtime.sqs, runtime.provisioned)
     observed.relay_dead_letters = _peek_all(runtime.sqs, runtime.provisioned.relay_dlq_url)

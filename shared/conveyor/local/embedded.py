@@ -16,6 +16,7 @@ from conveyor.contract.errors import ConveyorError
 from conveyor.local import moto_concurrency
 from conveyor.local.gateway import StrictGateway
 from conveyor.local.move_tasks import MoveTasks
+from conveyor.local.port_owner import port_owner
 from conveyor.local.sqs_metrics import SqsMetricsPublisher
 
 LOOPBACK = "127.0.0.1"
@@ -35,17 +36,22 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _port_in_use(port: int, error: OSError) -> LocalRuntimeError:
+    owner = port_owner(port)
+    held = f"held by {owner}" if owner else error.strerror
+    return LocalRuntimeError(f"port {port} on {LOOPBACK} is in use ({held}); stop what holds it or pass --port")
+
+
 def _check_port(port: int) -> None:
-    """Is another server listening there? Probed as the server binds (SO_REUSEADDR), so the closed
-    connections of a runtime that just stopped (TIME_WAIT) do not count as a port in use."""
+    """Is another server listening there? Probed as the server binds (SO_REUSEADDR, which werkzeug's
+    server sets too), so the closed connections of a runtime that just stopped (TIME_WAIT) do not
+    count as a port in use: `conveyor local up` restarts at once after Ctrl-C."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((LOOPBACK, port))
         except OSError as error:
-            raise LocalRuntimeError(
-                f"port {port} on {LOOPBACK} is in use ({error.strerror}); stop what holds it or pass --port"
-            ) from error
+            raise _port_in_use(port, error) from error
 
 
 class EmbeddedAws:
@@ -84,7 +90,10 @@ class EmbeddedAws:
         gateway = StrictGateway(
             DomainDispatcherApplication(create_backend_app), move_tasks=self._move_tasks, strict=self.strict
         )
-        self._server = make_server(LOOPBACK, self.port, gateway, threaded=True, request_handler=MotoRequestHandler)
+        try:
+            self._server = make_server(LOOPBACK, self.port, gateway, threaded=True, request_handler=MotoRequestHandler)
+        except OSError as error:  # taken since the check
+            raise _port_in_use(self.port, error) from error
         self._thread = threading.Thread(target=self._server.serve_forever, name="embedded-aws", daemon=True)
         self._thread.start()
         self._metrics = SqsMetricsPublisher(self.client("cloudwatch"))

@@ -1,15 +1,18 @@
 """Locally, what CloudWatch Logs does with EMF in AWS: turn the workers' EMF lines into metrics.
 
-The forwarder stands in for stdout in the local runtime. Every line still goes where it went;
-EMF documents are also published to the embedded CloudWatch, and their raw values appended
-to a file, since moto computes no percentiles and `conveyor stats` must compute them from those.
+The forwarder stands in for stdout in the local runtime. Every line still goes where it went
+(EMF lines are log bytes in AWS too; the console drops them: conveyor.local.console); EMF
+documents are also published to the embedded CloudWatch, and their raw values appended to a
+file, since moto computes no percentiles and `conveyor stats` must compute them from those.
 """
 
 import json
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
+
+from conveyor.local.text_sink import TextSink
 
 MILLISECONDS = 1000
 RAW_VALUES_FILE = Path(".cache/local/metrics.jsonl")
@@ -54,7 +57,7 @@ def metric_data(document: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
 class EmfForwarder:
     """A stdout that passes every line through and forwards EMF documents to CloudWatch."""
 
-    def __init__(self, passthrough: TextIO, cloudwatch: Any, raw_values: Path = RAW_VALUES_FILE) -> None:
+    def __init__(self, passthrough: TextSink, cloudwatch: Any, raw_values: Path = RAW_VALUES_FILE) -> None:
         self._passthrough = passthrough
         self._cloudwatch = cloudwatch
         self._raw_values = raw_values

@@ -6,11 +6,18 @@ that stream rules read) gets its relay behind the stream mapping's emulator; dec
 fire from the scheduler emulator (conveyor.local.scheduler). Stopping drains: schedules stop
 firing, pollers stop receiving, and in-flight batches finish within a grace period or return to
 their queue when their visibility timeout lapses (a stream is read again from its start by the next run).
+``reload`` does the same to the workers alone: the embedded AWS, and every queue's messages, stay.
+
+The workers' output (their JSON logs and EMF lines) goes where CloudWatch Logs would take it:
+EMF to the embedded CloudWatch, each queue's log records to its worker log group on the embedded
+CloudWatch Logs (conveyor.local.log_shipper), and the rest to the console, as JSON or readable lines
+(conveyor.local.console).
 
 Idle, the whole of it costs under a request a second: a long poll per queue, a read of every
 queue's mapping state every few seconds, and stream reads that back off while the streams are quiet.
 """
 
+import logging
 import os
 import sys
 import time
@@ -23,13 +30,16 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from conveyor.contract import naming
+from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.topology import Topology
 from conveyor.local.embedded import LOCAL_CREDENTIALS, REGION, LocalRuntimeError
 from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
 from conveyor.local.event_source import QueuePoller, StateReader
+from conveyor.local.log_shipper import LogShipper
 from conveyor.local.provision import Provisioned, provision
 from conveyor.local.scheduler import LocalScheduler, ScheduleClock
 from conveyor.local.stream_source import StreamPoller
+from conveyor.local.text_sink import TextSink
 from conveyor.ops.event_sources import LocalEventSources
 from conveyor.worker.handler import Worker
 from conveyor.worker.harness import Harness
@@ -55,6 +65,16 @@ def embedded_environment() -> dict[str, str]:
     }
 
 
+def worker_log_handlers() -> list[logging.StreamHandler[Any]]:
+    """The handlers of the workers' Powertools logger: each keeps the stream it was made with."""
+    return [h for h in logging.getLogger(SERVICE_NAME).handlers if isinstance(h, logging.StreamHandler)]
+
+
+def worker_log_groups(topology: Topology) -> dict[str, str]:
+    """Each declared queue's worker log group on the embedded CloudWatch Logs."""
+    return {queue.name: naming.local_worker_log_group(queue.name) for queue in topology.queues}
+
+
 class LocalRuntime:
     def __init__(
         self,
@@ -73,7 +93,11 @@ class LocalRuntime:
         self.dynamodb: Any = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=REGION)
         self.cloudwatch: Any = boto3.client("cloudwatch", endpoint_url=endpoint_url, region_name=REGION)
         self.streams: Any = boto3.client("dynamodbstreams", endpoint_url=endpoint_url, region_name=REGION)
+        self.logs: Any = boto3.client("logs", endpoint_url=endpoint_url, region_name=REGION)
         self._stdout: TextIO | None = None
+        # The workers' log handlers and the streams they had before ``start``.
+        self._log_streams: list[tuple[logging.StreamHandler[Any], Any]] = []
+        self._shipper: LogShipper | None = None
         self.pollers: dict[str, QueuePoller] = {}
         # Relay source (as in Provisioned.streams) -> the poller of its stream.
         self.stream_pollers: dict[str, StreamPoller] = {}
@@ -99,16 +123,43 @@ class LocalRuntime:
         self._provisioned = provision(self.topology, sqs=self.sqs, dynamodb=self.dynamodb)
         return self._provisioned
 
-    def start(self, *, raw_values: Path = RAW_VALUES_FILE) -> None:
+    def start(self, *, raw_values: Path = RAW_VALUES_FILE, console: TextSink | None = None) -> None:
         """Provision, then start one poller per queue, each invoking that queue's worker, and one per
         relayed stream, each invoking that stream's relay.
 
-        The workers' stdout goes through an EMF forwarder, as their output would go through
-        CloudWatch Logs in AWS: metrics reach the embedded CloudWatch, raw values ``raw_values``.
+        The workers' output goes through an EMF forwarder and a log shipper, as their output would go
+        through CloudWatch Logs in AWS: metrics reach the embedded CloudWatch (raw values
+        ``raw_values``), log records their queue's log group, and every line ``console`` (stdout,
+        unless a console from conveyor.local.console, which drops EMF, is given).
         """
-        provisioned = self.provision()
+        self.provision()
         self._stdout = sys.stdout
-        sys.stdout = EmfForwarder(sys.stdout, self.cloudwatch, raw_values)
+        self._shipper = LogShipper(console or sys.stdout, self.logs, worker_log_groups(self.topology))
+        self._shipper.start()
+        output = EmfForwarder(self._shipper, self.cloudwatch, raw_values)
+        sys.stdout = output
+        self._log_streams = [(handler, handler.setStream(output)) for handler in worker_log_handlers()]
+        self._start_workers()
+
+    def reload(self, topology: Topology, grace_s: float) -> bool:
+        """Run ``topology``'s workers instead of the current ones; True if no batch was left running.
+
+        What it adds is provisioned first, while the old workers run (a refusal leaves them as they
+        were); existing queues and their messages stay as they are. Then the workers restart, and
+        the relays read their streams on from where they were.
+        """
+        provisioned = provision(topology, sqs=self.sqs, dynamodb=self.dynamodb)
+        if self._shipper is not None:
+            self._shipper.add_groups(worker_log_groups(topology))
+        finished = self._stop_workers(grace_s)
+        self.topology, self._provisioned, self._scheduler = topology, provisioned, None
+        self._start_workers(resume=self.stream_pollers)
+        return finished
+
+    def _start_workers(self, resume: dict[str, StreamPoller] | None = None) -> None:
+        """Start the queue pollers, the scheduler and the relays (reading on where those of ``resume`` stopped)."""
+        provisioned = self.provisioned
+        self.pollers, self.stream_pollers = {}, {}
         # The stack gives every worker these variables; here all workers share one process.
         os.environ.update(provisioned.table_environment())
         # What `conveyor pause/resume/concurrency` change locally, read for every queue at once.
@@ -127,7 +178,7 @@ class LocalRuntime:
                 provisioned=provisioned.queues[queue.name],
                 handler=Worker(harness, metrics).handle,
                 sqs=self.sqs,
-                function_name=f"{naming.queue_name(queue.name)}-worker",
+                function_name=naming.worker_function_name(queue.name),
             )
             self.pollers[queue.name] = poller
         self._states = StateReader(partial(event_sources.states, list(self.pollers)), self.pollers)
@@ -144,6 +195,8 @@ class LocalRuntime:
                 dlq_url=provisioned.relay_dlq_url,
                 function_name=f"{naming.current_prefix()}-relay-{source}",
             )
+            if resume and source in resume:
+                stream_poller.resume_after(resume[source])
             self.stream_pollers[source] = stream_poller
             stream_poller.start()
         if self.topology.schedules:
@@ -155,6 +208,18 @@ class LocalRuntime:
 
     def drain(self, grace_s: float) -> bool:
         """Stop firing and receiving, wait up to ``grace_s`` for in-flight batches; True if none was left running."""
+        finished = self._stop_workers(grace_s)
+        for handler, stream in self._log_streams:
+            handler.setStream(stream)
+        self._log_streams = []
+        if self._stdout is not None:
+            sys.stdout, self._stdout = self._stdout, None
+        if self._shipper is not None:
+            self._shipper.stop()
+            self._shipper = None
+        return finished
+
+    def _stop_workers(self, grace_s: float) -> bool:
         deadline = time.monotonic() + grace_s
         stopped = self._scheduler is None or self._scheduler.stop(grace_s)
         threads: list[StateReader | QueuePoller | StreamPoller] = [
@@ -164,10 +229,7 @@ class LocalRuntime:
         ]
         for thread in threads:
             thread.stop()
-        finished = all(thread.join(deadline) for thread in threads) and stopped
-        if self._stdout is not None:
-            sys.stdout, self._stdout = self._stdout, None
-        return finished
+        return all(thread.join(deadline) for thread in threads) and stopped
 
 
 def _invoke_relay(relay: Relay, event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:

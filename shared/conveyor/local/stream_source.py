@@ -240,6 +240,14 @@ class StreamPoller:
     def start(self) -> None:
         self._thread.start()
 
+    def resume_after(self, previous: "StreamPoller") -> None:
+        """Before ``start``: read on from where ``previous`` (stopped, on the same stream) was done, not from
+        the stream's start, as a mapping whose function was redeployed does (a reload of the local runtime)."""
+        self._shards = {
+            shard_id: _Shard(shard_id, checkpoint=shard.checkpoint, ended=shard.ended)
+            for shard_id, shard in previous._shards.items()
+        }
+
     def stop(self) -> None:
         """Stop reading and invoking; the invocation in flight runs to completion."""
         self._stopping.set()

@@ -39,6 +39,8 @@ class QueueTarget:
     url: str
     dlq_url: str
     fifo: bool
+    # Where its worker logs (`conveyor tail` reads it); None for a stack deployed before the output existed.
+    log_group: str | None = None
 
 
 class Clients:
@@ -106,7 +108,9 @@ def local_target(topology: Topology, clients: Clients) -> Target:
                 f"queue {queue.name!r} does not exist at {os.environ.get(ENDPOINT_ENV)}; "
                 "is `conveyor local up` running?"
             ) from error
-        queues[queue.name] = QueueTarget(name=queue.name, url=url, dlq_url=dlq, fifo=queue.fifo)
+        queues[queue.name] = QueueTarget(
+            name=queue.name, url=url, dlq_url=dlq, fifo=queue.fifo, log_group=naming.local_worker_log_group(queue.name)
+        )
     return Target(
         kind="local",
         queues=queues,
@@ -138,6 +142,7 @@ def stack_target(topology: Topology, clients: Clients, stack_name: str) -> Targe
             url=output(outputs.queue_output_key(queue.name, outputs.QUEUE_URL)),
             dlq_url=output(outputs.queue_output_key(queue.name, outputs.DLQ_URL)),
             fifo=queue.fifo,
+            log_group=found.get(outputs.queue_output_key(queue.name, outputs.WORKER_LOG_GROUP)),
         )
         for queue in topology.queues
     }

@@ -11,12 +11,15 @@ and run audit, in conveyor.worker.schedule_runs.
 import math
 import random
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
+import aws_lambda_powertools
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
@@ -54,6 +57,29 @@ logger = Logger(service=SERVICE_NAME)
 RESERVE_FRACTION = 0.1
 MAX_RESERVE_S = 2.0
 MILLISECONDS = 1000
+# The one log line of each outcome (the job event); retries log as warnings, dead letters as errors.
+OUTCOME_MESSAGES = {
+    Kind.SUCCEEDED: "job succeeded",
+    Kind.DUPLICATE: "job duplicate absorbed",
+    Kind.RETRIED: "job failed; will retry",
+    Kind.DEAD_LETTERED: "job dead-lettered",
+    Kind.SNOOZED: "job snoozed",
+    Kind.DEFERRED: "job deferred to the next invocation",
+}
+IN_PROGRESS_ELSEWHERE = "job in progress elsewhere; snoozed"
+
+
+# Frames in these (the harness, Powertools' idempotency) lead to every job's code: a job's traceback starts after them.
+_RUNNER_DIRS = (str(Path(__file__).parents[1]), str(Path(aws_lambda_powertools.__file__ or "").parent))
+
+
+def job_traceback(error: BaseException) -> str:
+    """``error``'s traceback from the job's own first frame on (all of it if it never reached the job's code)."""
+    trace = traceback.TracebackException.from_exception(error)
+    frames = list(trace.stack)
+    first = next((index for index, frame in enumerate(frames) if not frame.filename.startswith(_RUNNER_DIRS)), 0)
+    trace.stack = traceback.StackSummary.from_list(frames[first:])
+    return "".join(trace.format()).rstrip()
 
 
 class RetryScheduledError(Exception):
@@ -254,15 +280,13 @@ class Harness:
             with job_subsegment(job_type.name, envelope.id, record.attributes.aws_trace_header), heartbeat:
                 ran = self._runners[job_type.name].run(key, call_handler)
         except Snooze as snooze:
-            logger.info("job snoozed", extra={"delay_s": snooze.delay.total_seconds()})
             self._requeue(record, delivery, envelope, now, snooze.delay, Kind.SNOOZED)
         except IdempotencyAlreadyInProgressError:
             # Another invocation holds the key (a duplicate delivery, or a worker that crashed mid-job): not
             # a failure of the job, so no attempt is spent. Its hold ends with that invocation, at the latest
             # one function timeout from now.
             lease = lease_for(self.queue)
-            logger.info("job in progress elsewhere; snoozed", extra={"delay_s": lease.total_seconds()})
-            self._requeue(record, delivery, envelope, now, lease, Kind.SNOOZED)
+            self._requeue(record, delivery, envelope, now, lease, Kind.SNOOZED, message=IN_PROGRESS_ELSEWHERE)
         except Exception as error:  # every failure is classified; none escapes unrecorded
             self._fail(record, delivery, envelope, job_type, error, now)
         else:
@@ -270,9 +294,7 @@ class Harness:
                 self._finish(progress)
             if self._scheduled:  # a duplicate too: it may be the redelivery of a run whose record failed
                 self._scheduled.succeeded(envelope, delivery.attempt)
-            kind = Kind.SUCCEEDED if ran else Kind.DUPLICATE
-            logger.info("job succeeded" if ran else "job duplicate absorbed", extra={"outcome": kind.value})
-            self._report(kind, delivery, envelope, started_at=now)
+            self._report(Kind.SUCCEEDED if ran else Kind.DUPLICATE, delivery, envelope, started_at=now)
         finally:
             logger.thread_safe_remove_keys(bound)
 
@@ -343,18 +365,7 @@ class Harness:
             )
             return
         self._set_visibility(record, delay)
-        logger.warning(
-            "job failed; will retry",
-            extra={
-                "reason": kind.value,
-                "error_class": type(error).__name__,
-                "error": self._describe(error, envelope),
-                "delay_s": delay.total_seconds(),
-            },
-        )
-        self._report(
-            Kind.RETRIED, delivery, envelope, reason=kind.value, error_class=type(error).__name__, started_at=now
-        )
+        self._report(Kind.RETRIED, delivery, envelope, reason=kind.value, error=error, delay=delay, started_at=now)
         raise RetryScheduledError(f"attempt {delivery.attempt} failed; retry in {delay.total_seconds():.1f}s")
 
     def _set_visibility(self, record: SQSRecord, delay: timedelta) -> None:
@@ -368,7 +379,15 @@ class Harness:
             logger.exception("could not set retry backoff; the queue's visibility timeout applies")
 
     def _requeue(
-        self, record: SQSRecord, delivery: Delivery, envelope: Envelope, now: datetime, delay: timedelta, kind: Kind
+        self,
+        record: SQSRecord,
+        delivery: Delivery,
+        envelope: Envelope,
+        now: datetime,
+        delay: timedelta,
+        kind: Kind,
+        *,
+        message: str | None = None,
     ) -> None:
         """Run the job later without spending an attempt: re-send a copy, then ack this one.
 
@@ -378,7 +397,7 @@ class Harness:
         """
         if self.queue.fifo:
             self._set_visibility(record, delay)
-            self._report(kind, delivery, envelope)
+            self._report(kind, delivery, envelope, delay=delay, message=message)
             raise RetryScheduledError(f"deferred {delay.total_seconds():.1f}s on a FIFO queue")
         entry = message_entry(
             record.body,
@@ -386,7 +405,7 @@ class Harness:
             attributes=delivery.carried(now, now + delay if delay > limits.SQS_MAX_DELAY else None),
         )
         self._sqs.send_message(QueueUrl=self._settings.queue_url, **single_send(entry))
-        self._report(kind, delivery, envelope)
+        self._report(kind, delivery, envelope, delay=delay, message=message)
 
     def _dead_letter(
         self,
@@ -418,18 +437,7 @@ class Harness:
         )
         if envelope and self._scheduled:
             self._scheduled.failed(envelope, reason, delivery.attempt)
-        self._report(
-            Kind.DEAD_LETTERED,
-            delivery,
-            envelope,
-            reason=reason,
-            error_class=failure.error_class,
-            started_at=started_at,
-        )
-        logger.error(
-            "job dead-lettered",
-            extra={"reason": reason.value, "error_class": failure.error_class, "error": failure.error},
-        )
+        self._report(Kind.DEAD_LETTERED, delivery, envelope, reason=reason, error=error, started_at=started_at)
 
     def _report(
         self,
@@ -438,28 +446,51 @@ class Harness:
         envelope: Envelope | None,
         *,
         reason: str | None = None,
-        error_class: str | None = None,
+        error: Exception | None = None,
+        delay: timedelta | None = None,
         started_at: datetime | None = None,
+        message: str | None = None,
     ) -> None:
-        """Tell the observer how the record ended; ``started_at`` is set when the handler ran."""
-        self._observer(
-            JobOutcome(
-                queue=self.queue.name,
-                kind=kind,
-                job_type=envelope.type if envelope else None,
-                job_id=envelope.id if envelope else None,
-                attempt=delivery.attempt,
-                created_at=envelope.created_at if envelope else None,
-                finished_at=self._clock(),
-                started_at=started_at,
-                reason=reason,
-                error_class=error_class,
-            )
+        """Tell the observer how the record ended, and log it: one line per outcome, the job event that
+        `conveyor tail` follows and the local console shows. ``started_at`` is set when the handler ran."""
+        outcome = JobOutcome(
+            queue=self.queue.name,
+            kind=kind,
+            job_type=envelope.type if envelope else None,
+            job_id=envelope.id if envelope else None,
+            attempt=delivery.attempt,
+            created_at=envelope.created_at if envelope else None,
+            finished_at=self._clock(),
+            started_at=started_at,
+            reason=reason,
+            error_class=type(error).__name__ if error else None,
         )
+        self._observer(outcome)
+        fields: dict[str, Any] = {
+            "outcome": kind.value,
+            "queue": outcome.queue,
+            "job_type": outcome.job_type,
+            "job_id": outcome.job_id,
+            "attempt": outcome.attempt,
+        }
+        if started_at is not None:
+            fields["duration_ms"] = round((outcome.finished_at - started_at).total_seconds() * MILLISECONDS, 1)
+        if reason is not None:
+            fields["reason"] = reason
+        if delay is not None:
+            fields["delay_s"] = delay.total_seconds()
+        if error is not None:
+            fields |= {"error_class": outcome.error_class, "error": self._describe(error, envelope)}
+            if started_at is not None:  # the handler raised it: where is worth reading, masked as the text is
+                fields["exception"] = self._mask(job_traceback(error), envelope)
+        log = {Kind.RETRIED: logger.warning, Kind.DEAD_LETTERED: logger.error}.get(kind, logger.info)
+        log(message or OUTCOME_MESSAGES[kind], extra=fields)
 
     def _describe(self, error: BaseException, envelope: Envelope | None) -> str:
         """The error's text with the payload's sensitive values masked."""
-        text = str(error) or type(error).__name__
+        return self._mask(str(error) or type(error).__name__, envelope)
+
+    def _mask(self, text: str, envelope: Envelope | None) -> str:
         if envelope is None:
             return text
         try:

@@ -95,3 +95,32 @@ def test_a_successful_job_logs_one_line_of_its_own(driver: QueueDriver, logs: io
     own = {"looking up user", "sending"}
     harness_lines = [line for line in log_lines(logs) if line["message"] not in own]
     assert [line["message"] for line in harness_lines] == ["job succeeded"]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "event"),
+    [
+        ("ok", {"outcome": "succeeded", "level": "INFO"}),
+        ("retry", {"outcome": "retried", "level": "WARNING", "reason": "retryable_error"}),
+        ("fail", {"outcome": "dead_lettered", "level": "ERROR", "reason": "permanent_error"}),
+    ],
+)
+def test_each_run_logs_one_job_event_with_its_outcome_and_duration(
+    driver: QueueDriver, logs: io.StringIO, outcome: str, event: dict[str, str]
+) -> None:
+    """The line `conveyor tail` follows and the local console shows (docs/observability.md#logs)."""
+    driver.send(body(outcome, f"job-{outcome}"))
+    driver.run(*driver.receive())
+    (line,) = [line for line in log_lines(logs) if "outcome" in line]
+    assert {key: line[key] for key in event} == event
+    assert (line["queue"], line["job_type"], line["job_id"], line["attempt"]) == (
+        "logs",
+        "welcome_signup",
+        f"job-{outcome}",
+        1,
+    )
+    assert line["duration_ms"] == 0.0  # the driver's clock stands still while the handler runs
+    if outcome != "ok":
+        assert line["exception"].startswith('Traceback (most recent call last):\n  File "' + __file__)
+        assert "ann@example.com" not in line["exception"]
+        assert "***" in line["exception"]
