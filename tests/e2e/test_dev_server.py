@@ -37,7 +37,8 @@ from tests.e2e.conftest import STOP_S, LocalAws, wait_until
 FIRST = """
 from datetime import timedelta
 
-from conveyor.contract.declarations import Queue, job
+from conveyor import job
+from conveyor.contract.declarations import Queue
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
 from conveyor.contract.topology import Topology
@@ -58,7 +59,7 @@ TOPOLOGY = Topology(queues=(Queue("first", age_objective=timedelta(minutes=1)),)
 """
 )
 SECOND_JOB = """
-from conveyor.contract.declarations import job
+from conveyor import job
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload
 

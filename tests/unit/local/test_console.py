@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from conveyor.contract.declarations import Queue, job
+from conveyor import job
+from conveyor.contract.declarations import Queue
 from conveyor.contract.errors import PermanentError, RetryableError, Snooze
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import Payload, sensitive
