@@ -9,6 +9,9 @@ PY_STAMP := $(VENV)/.installed
 LOCAL_STAMP := $(VENV)/.local-installed
 BENCH_STAMP := $(VENV)/.bench-installed
 NODE_STAMP := node_modules/.installed
+# The worker requirements' wheels for the Lambda function's platform (infra/worker_package.py: WHEELHOUSE).
+WHEELHOUSE := .cache/worker-wheels
+WHEELS_STAMP := $(WHEELHOUSE)/.downloaded
 CDK := node_modules/.bin/cdk
 CDK_OUT := cdk.out
 # The committed JSON Schema of the envelope and every payload (`conveyor schema`): the build writes it, lint checks it.
@@ -65,7 +68,12 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-setup: $(PY_STAMP) $(NODE_STAMP)
+# Downloaded at install time, so synth and the tests bundle the worker requirements offline.
+$(WHEELS_STAMP): $(PY_STAMP) pyproject.toml
+	$(BIN)/python -m scripts.worker_wheels
+	touch $@
+
+setup: $(PY_STAMP) $(NODE_STAMP) $(WHEELS_STAMP)
 
 lint: $(PY_STAMP)
 	$(BIN)/ruff check .
@@ -76,7 +84,7 @@ lint: $(PY_STAMP)
 typecheck: $(PY_STAMP)
 	$(BIN)/mypy
 
-unit: $(PY_STAMP)
+unit: $(PY_STAMP) $(WHEELS_STAMP)
 	$(SYNTH_ENV) $(BIN)/pytest -q
 
 synth: setup schema

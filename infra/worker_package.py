@@ -5,17 +5,21 @@ topology) and, of the library, ``conveyor/__init__.py`` with the sides a worker 
 imports (``LAMBDA_LIBRARY``), side by side so ``functions.worker.handler`` imports ``conveyor``
 exactly as it does in tests. The operator, CLI and local-runtime sides, scenarios, infra and
 tests stay out: Lambda never runs them, and .importlinter keeps the shipped code from importing
-them. Beside it go the few third-party distributions neither the runtime nor the Powertools
-layer has (``BUNDLED_DISTRIBUTIONS``), copied from this interpreter's site-packages. Bundling
-is a local copy (no Docker, no pip, no network); the asset hash is computed from the same files
-that are copied, so any change to the shipped code or a bundled version, and only such a
-change, produces a new asset.
+them. Beside it go the worker requirements: what the job code imports that neither the runtime
+nor the Powertools layer has, named under ``[tool.conveyor] worker-requirements`` in
+pyproject.toml and pinned once, in its dependencies. pip installs them as wheels for the
+function's Python and architecture (``PLATFORM``, from ``RUNTIME`` and ``ARCHITECTURE``), never
+this interpreter's, from the wheelhouse ``make setup`` downloads (infra/lambda_wheels.py): no
+Docker, and no network at synth. They are installed into a staging folder first, and the asset
+hash is computed from the same files that are then copied, so any change to the shipped code or
+a bundled version, and only such a change, produces a new asset.
 """
 
 import hashlib
 import importlib.metadata
 import shutil
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import cast
 
@@ -24,8 +28,10 @@ from aws_cdk import AssetHashType, Aws, BundlingOptions, DockerImage, ILocalBund
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from conveyor.contract import loader
 from conveyor.contract.errors import DeclarationError
 from conveyor.contract.loader import TOPOLOGY_ENV
+from infra import lambda_wheels
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "shared" / "conveyor"
@@ -40,28 +46,42 @@ SOURCES = {
 }
 IGNORED_PARTS = {"__pycache__", ".mypy_cache", ".pytest_cache"}
 
-# Third-party distributions the workers import that the Lambda runtime (boto3, botocore and
-# their dependencies: python-dateutil, six, ...) and the Powertools layer (pydantic,
-# aws-xray-sdk) lack: conveyor.contract.schedules evaluates cron with croniter, and zoneinfo needs
-# tzdata where the OS ships no time zone database. They are copied from the installed,
-# pinned versions (requirements.txt), so they must be pure Python: a compiled extension
-# built for this machine would not load on Lambda's arm64 Linux.
-BUNDLED_DISTRIBUTIONS = ("croniter", "tzdata")
-COMPILED_SUFFIXES = frozenset({".so", ".pyd", ".dylib"})
-# What pip writes about the installation itself: local paths, and hashes of .pyc files that
-# don't ship. The license files and METADATA do ship.
+PYPROJECT = ROOT / "pyproject.toml"
+# Filled by `make setup` (Makefile: $(WHEELS_STAMP)), read by every synth; .cache/ is not committed.
+WHEELHOUSE = ROOT / ".cache" / "worker-wheels"
+# What pip writes beside the packages that Lambda never reads: the console scripts it generated
+# for this machine (bin/), and its records of this installation, which hash them. The license
+# files and METADATA do ship.
+SCRIPTS = "bin"
 INSTALLER_RECORDS = frozenset({"INSTALLER", "RECORD", "REQUESTED", "direct_url.json"})
 
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 ARCHITECTURE = lambda_.Architecture.ARM_64
+# What the bundled wheels are chosen for: the function's Python and platform, not this interpreter's.
+PLATFORM = lambda_wheels.LambdaPlatform.of(RUNTIME, ARCHITECTURE)
 HANDLER = "functions.worker.handler"
 # The layer is built per Python version and architecture; it must match RUNTIME/ARCHITECTURE.
 POWERTOOLS_LAYER_NAME = "AWSLambdaPowertoolsPythonV3-python314-arm64"
 POWERTOOLS_ACCOUNT = "017000801446"
 
 
-def _asset_files() -> Iterator[tuple[str, Path]]:
-    """(path inside the asset, path on disk) for every file that ships, in a stable order."""
+def worker_requirements() -> list[str]:
+    """``name==version`` for each worker requirement, at the version installed here (pyproject.toml pins it)."""
+    pinned = []
+    for name in loader.worker_requirements(PYPROJECT):
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            raise DeclarationError(
+                f"worker bundle: worker requirement {name!r} is not installed here; pin it in the [project] "
+                "dependencies of pyproject.toml and install them before synth"
+            ) from None
+        pinned.append(f"{name}=={version}")
+    return pinned
+
+
+def _code_files() -> Iterator[tuple[str, Path]]:
+    """(path inside the asset, path on disk) for every file of the code that ships, in a stable order."""
     for target, source in SOURCES.items():
         if source.is_file():
             yield target, source
@@ -73,63 +93,53 @@ def _asset_files() -> Iterator[tuple[str, Path]]:
             relative = path.relative_to(source)
             if path.is_file() and not IGNORED_PARTS.intersection(relative.parts) and path.suffix != ".pyc":
                 yield f"{target}/{relative.as_posix()}", path
-    for name in BUNDLED_DISTRIBUTIONS:
-        yield from _distribution_files(name)
 
 
-def _distribution_files(name: str) -> Iterator[tuple[str, Path]]:
-    """An installed distribution's packages and dist-info, as installed (its RECORD), at the asset's root.
-
-    Raises DeclarationError if it is not installed or is not pure Python.
-    """
-    where = f"worker bundle: distribution {name!r}"
-    try:
-        distribution = importlib.metadata.distribution(name)
-    except importlib.metadata.PackageNotFoundError:
-        raise DeclarationError(
-            f"{where} is not installed in this interpreter; install requirements.txt before synth"
-        ) from None
-    files = sorted(distribution.files or [], key=lambda file: file.as_posix())
-    if not files:
-        raise DeclarationError(f"{where} has no RECORD of its files; reinstall it with pip")
-    compiled = [file.as_posix() for file in files if file.suffix in COMPILED_SUFFIXES]
-    if compiled:
-        raise DeclarationError(
-            f"{where} contains compiled extensions ({', '.join(compiled[:3])}), which would not load on Lambda; "
-            "only pure-Python distributions can be copied into the bundle"
-        )
-    for file in files:
-        relative = PurePosixPath(file.as_posix())
+def _installed_files(site: Path) -> Iterator[tuple[str, Path]]:
+    """The files pip installed into ``site`` that ship, at the asset's root: packages and dist-info."""
+    for path in sorted(site.rglob("*")):
+        relative = PurePosixPath(path.relative_to(site).as_posix())
         if (
-            relative.parts[0] == ".."  # console scripts and data outside site-packages
+            not path.is_file()
+            or relative.parts[0] == SCRIPTS
             or IGNORED_PARTS.intersection(relative.parts)
             or relative.suffix == ".pyc"
             or (relative.parts[0].endswith(".dist-info") and relative.name in INSTALLER_RECORDS)
         ):
             continue
-        yield relative.as_posix(), Path(str(distribution.locate_file(file)))
+        yield relative.as_posix(), path
 
 
-def source_hash() -> str:
+def stage_asset(site: Path) -> list[tuple[str, Path]]:
+    """Install the worker requirements into ``site``; then every shipped file: (path inside the asset, on disk)."""
+    lambda_wheels.install(worker_requirements(), site, WHEELHOUSE, PLATFORM)
+    return [*_code_files(), *_installed_files(site)]
+
+
+def asset_hash(files: Iterable[tuple[str, Path]]) -> str:
+    """What the asset's hash is computed from: each shipped file's path inside the asset and its contents."""
     digest = hashlib.sha256()
-    for name, path in _asset_files():
+    for name, path in files:
         digest.update(name.encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 
 
-def copy_asset(output_dir: Path) -> None:
+def copy_asset(files: Iterable[tuple[str, Path]], output_dir: Path) -> None:
     """Write the asset's files into ``output_dir``: what Lambda unpacks into /var/task."""
-    for name, path in _asset_files():
+    for name, path in files:
         destination = output_dir / name
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, destination)
 
 
 @jsii.implements(ILocalBundling)
-class _CopySources:
+class _CopyFiles:
+    def __init__(self, files: list[tuple[str, Path]]) -> None:
+        self._files = files
+
     def try_bundle(self, output_dir: str, options: BundlingOptions) -> bool:
-        copy_asset(Path(output_dir))
+        copy_asset(self._files, Path(output_dir))
         return True
 
 
@@ -142,16 +152,20 @@ class WorkerPackage(Construct):
         super().__init__(scope, construct_id)
         # The library never names the app: the functions find the declarations where synth did.
         self.environment = {TOPOLOGY_ENV: topology_spec}
+        # CDK bundles when the first function binds the code, after this constructor returns: the
+        # staged requirements live as long as the package (removed at exit).
+        self._staging = tempfile.TemporaryDirectory(prefix="conveyor-worker-requirements-")
+        files = stage_asset(Path(self._staging.name))
         self.code = lambda_.Code.from_asset(
             str(SOURCES["functions"]),
             asset_hash_type=AssetHashType.CUSTOM,
-            asset_hash=source_hash(),
+            asset_hash=asset_hash(files),
             bundling=BundlingOptions(
                 # Required by the API, never pulled: the local bundler always succeeds.
                 image=DockerImage.from_registry("scratch"),
                 # jsii calls try_bundle(output_dir, options) positionally, which the generated
                 # keyword-only protocol signature cannot express for mypy.
-                local=cast(ILocalBundling, _CopySources()),
+                local=cast(ILocalBundling, _CopyFiles(files)),
             ),
         )
         self.powertools_layer = lambda_.LayerVersion.from_layer_version_arn(

@@ -2,6 +2,7 @@
 
 import json
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from infra.job_queue import (
     LEASE_ACTIONS,
     SCHEDULE_RUN_ACTIONS,
 )
-from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME, _asset_files
+from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME, stage_asset
 from tests.infra.conftest import TOPOLOGY_SPEC, Synthesized, as_list
 from tests.infra.test_worker_package import EXPECTED_IN_ASSET, not_for_lambda
 
@@ -385,10 +386,10 @@ def test_outputs_let_tools_find_each_queue(synthesized: Synthesized, name: str) 
     assert synthesized.resources[mapping_output["Ref"]]["Type"] == "AWS::Lambda::EventSourceMapping"
 
 
-def test_worker_asset_ships_only_what_runs_in_lambda(synthesized: Synthesized) -> None:
-    """The asset synth wrote is the one _asset_files lists: the handlers and the library's Lambda sides only."""
+def test_worker_asset_ships_only_what_runs_in_lambda(synthesized: Synthesized, tmp_path: Path) -> None:
+    """The asset synth wrote is the one stage_asset lists: handlers, the library's Lambda sides, requirements."""
     (asset_dir,) = [path for path in synthesized.outdir.iterdir() if path.name.startswith("asset.")]
     shipped = {path.relative_to(asset_dir).as_posix() for path in asset_dir.rglob("*") if path.is_file()}
     assert not_for_lambda(shipped) == []
     assert sorted(EXPECTED_IN_ASSET - shipped) == []
-    assert shipped == {name for name, _ in _asset_files()}
+    assert shipped == {name for name, _ in stage_asset(tmp_path)}

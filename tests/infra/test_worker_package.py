@@ -1,24 +1,34 @@
-"""The worker asset holds only what runs in Lambda, its hash follows exactly what ships, and it runs on its own."""
+"""The worker asset holds only what runs in Lambda, its hash follows exactly what ships, and it runs on its own.
 
+Its requirements are wheels for the function's Python and platform, whatever this machine is:
+tests build tiny wheels with the tags to prove which ones pip takes, and install them from a
+local folder only (--no-index), never the network.
+"""
+
+import base64
+import hashlib
 import importlib.metadata
 import os
 import re
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from types import SimpleNamespace
 
 import pytest
+from aws_cdk import aws_lambda as lambda_
 
 from conveyor.contract.errors import DeclarationError
 from conveyor.contract.loader import TOPOLOGY_ENV
 from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
 from conveyor.contract.settings import WorkerSettings
 from functions.topology import TOPOLOGY
-from infra import worker_package
+from infra import lambda_wheels, worker_package
+from infra.app import build_app
+from tests.fixtures.small_topology import TOPOLOGY as SMALL
 from tests.infra.conftest import TOPOLOGY_SPEC
 
 # What the Lambda python runtime and the Powertools layer put on sys.path, and nothing else.
@@ -139,10 +149,15 @@ RELAY_ENVIRONMENT = RelaySettings(
 
 @dataclass(frozen=True)
 class LambdaLike:
-    """The copied asset (/var/task) and a folder linking only what the runtime and the layer provide."""
+    """The copied asset (/var/task), the files copied, and a folder linking only what the runtime and layer provide."""
 
     bundle: Path
     runtime: Path
+    files: list[tuple[str, Path]]
+
+    @property
+    def shipped(self) -> set[str]:
+        return {name for name, _ in self.files}
 
     def run(self, code: str, *args: str, environment: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``code`` with nothing on sys.path but the bundle, the runtime and the layer.
@@ -169,14 +184,15 @@ class LambdaLike:
 def lambda_like(tmp_path_factory: pytest.TempPathFactory) -> LambdaLike:
     root = tmp_path_factory.mktemp("lambda")
     bundle = root / "task"
-    worker_package.copy_asset(bundle)
+    files = worker_package.stage_asset(root / "requirements")
+    worker_package.copy_asset(files, bundle)
     # The runtime and the layer, linked from this venv, and nothing else from it.
     runtime = root / "runtime"
     runtime.mkdir()
     site_packages = Path(sysconfig.get_paths()["purelib"])
     for name in RUNTIME_AND_LAYER:
         (runtime / name).symlink_to(site_packages / name)
-    return LambdaLike(bundle=bundle, runtime=runtime)
+    return LambdaLike(bundle=bundle, runtime=runtime, files=files)
 
 
 @pytest.fixture
@@ -199,52 +215,63 @@ def sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def code_hash() -> str:
+    return worker_package.asset_hash(worker_package._code_files())
+
+
 def test_hash_changes_with_shipped_code_only(sources: Path) -> None:
-    before = worker_package.source_hash()
+    before = code_hash()
     cache = sources / "conveyor" / "worker" / "__pycache__"
     cache.mkdir()
     (cache / "harness.cpython-311.pyc").write_bytes(b"\x00")
     (sources / "conveyor" / "ops" / "stats.py").write_text("OPERATOR = False\n")
-    assert worker_package.source_hash() == before
+    assert code_hash() == before
     for shipped in ("functions/worker.py", "conveyor/__init__.py", "conveyor/worker/harness.py"):
         (sources / shipped).write_text("CHANGED = True\n")
-        assert worker_package.source_hash() != before, shipped
-        before = worker_package.source_hash()
+        assert code_hash() != before, shipped
+        before = code_hash()
 
 
 def test_hash_changes_when_a_file_moves(sources: Path) -> None:
-    before = worker_package.source_hash()
+    before = code_hash()
     (sources / "functions" / "worker.py").rename(sources / "functions" / "entry.py")
-    assert worker_package.source_hash() != before
+    assert code_hash() != before
 
 
-def test_asset_ships_the_bundled_distributions_with_their_licenses() -> None:
-    shipped = {name for name, _ in worker_package._asset_files()}
+def test_asset_ships_the_worker_requirements_with_their_licenses(lambda_like: LambdaLike) -> None:
+    shipped = lambda_like.shipped
     assert {
         "croniter/__init__.py",
         "croniter/croniter.py",
         "tzdata/__init__.py",
         "tzdata/zoneinfo/Europe/Kyiv",
     } <= shipped
-    for name in worker_package.BUNDLED_DISTRIBUTIONS:
-        info = f"{name}-{importlib.metadata.version(name)}.dist-info"
+    for requirement in worker_package.worker_requirements():
+        name, version = requirement.split("==")
+        info = f"{name}-{version}.dist-info"
         assert f"{info}/METADATA" in shipped
         assert any(path.startswith(f"{info}/licenses/") for path in shipped)
-        # pip's record of this installation (local paths, hashes of .pyc files) stays behind.
+        # pip's record of this installation stays behind.
         assert f"{info}/RECORD" not in shipped
     assert not [name for name in shipped if "__pycache__" in name or name.endswith(".pyc")]
 
 
-def test_asset_ships_only_what_runs_in_lambda() -> None:
-    shipped = {name for name, _ in worker_package._asset_files()}
-    assert not_for_lambda(shipped) == []
-    assert sorted(EXPECTED_IN_ASSET - shipped) == []
+def test_worker_requirements_ship_at_the_versions_installed_here() -> None:
+    assert worker_package.worker_requirements() == [
+        f"croniter=={importlib.metadata.version('croniter')}",
+        f"tzdata=={importlib.metadata.version('tzdata')}",
+    ]
+
+
+def test_asset_ships_only_what_runs_in_lambda(lambda_like: LambdaLike) -> None:
+    assert not_for_lambda(lambda_like.shipped) == []
+    assert sorted(EXPECTED_IN_ASSET - lambda_like.shipped) == []
 
 
 def test_copy_asset_writes_only_what_runs_in_lambda(lambda_like: LambdaLike) -> None:
     bundle = lambda_like.bundle
     written = {path.relative_to(bundle).as_posix() for path in bundle.rglob("*") if path.is_file()}
-    assert written == {name for name, _ in worker_package._asset_files()}
+    assert written == lambda_like.shipped
     assert not_for_lambda(written) == []
 
 
@@ -252,54 +279,165 @@ def test_a_renamed_library_side_fails_synth_with_one_line(sources: Path) -> None
     gone = sources / "conveyor" / "worker"
     gone.rename(sources / "conveyor" / "runner")
     with pytest.raises(DeclarationError, match=rf"^worker bundle: {re.escape(str(gone))} does not exist$"):
-        worker_package.source_hash()
+        code_hash()
 
 
-class _FakeFile(SimpleNamespace):
-    """A PackagePath stand-in: what _distribution_files reads of one RECORD entry."""
-
-    def as_posix(self) -> str:
-        return str(self.path)
-
-
-def _fake_distribution(version: str, files: list[str], root: Path) -> SimpleNamespace:
-    for name in files:
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(f"{name} {version}\n")
-    return SimpleNamespace(
-        files=[_FakeFile(path=name, suffix=Path(name).suffix) for name in files],
-        locate_file=lambda file: root / file.path,
-    )
-
-
-def test_a_bundled_version_bump_changes_the_hash(
-    sources: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_worker_requirement_not_installed_here_fails_synth_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    installed = {"1.0": _fake_distribution("1.0", ["lib/__init__.py", "lib-1.0.dist-info/METADATA"], tmp_path / "a")}
-    installed["1.1"] = _fake_distribution("1.1", ["lib/__init__.py", "lib-1.1.dist-info/METADATA"], tmp_path / "b")
-    monkeypatch.setattr(worker_package, "BUNDLED_DISTRIBUTIONS", ("lib",))
-    version = "1.0"
-    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: installed[version])
-    before = worker_package.source_hash()
-    assert "lib/__init__.py" in {name for name, _ in worker_package._asset_files()}
-    version = "1.1"
-    assert worker_package.source_hash() != before
-
-
-def test_a_missing_bundled_distribution_fails_synth_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker_package, "BUNDLED_DISTRIBUTIONS", ("croniter", "no-such-distribution"))
-    with pytest.raises(DeclarationError, match=r"^worker bundle: distribution 'no-such-distribution' is not installed"):
-        worker_package.source_hash()
-
-
-def test_a_compiled_distribution_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    compiled = _fake_distribution(
-        "1.0", ["fast/__init__.py", "fast/_speedups.cpython-311-x86_64-linux-gnu.so"], tmp_path
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.conveyor]\nworker-requirements = ["croniter", "no-such-distribution"]\n')
+    monkeypatch.setattr(worker_package, "PYPROJECT", pyproject)
+    with pytest.raises(DeclarationError) as raised:
+        worker_package.worker_requirements()
+    assert str(raised.value) == (
+        "worker bundle: worker requirement 'no-such-distribution' is not installed here; pin it in the "
+        "[project] dependencies of pyproject.toml and install them before synth"
     )
-    monkeypatch.setattr(worker_package, "BUNDLED_DISTRIBUTIONS", ("fast",))
-    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: compiled)
-    with pytest.raises(DeclarationError, match=r"'fast' contains compiled extensions \(fast/_speedups\.cpython"):
-        worker_package.source_hash()
+
+
+# --- wheels for the function's platform -------------------------------------------------------
+
+# The tags of a compiled wheel for the function: CPython 3.14's ABI on Linux for arm64.
+LAMBDA_ABI = "cp314-cp314"
+EXTENSION = "fast/_speedups.cpython-314-aarch64-linux-gnu.so"
+
+
+def build_wheel(wheelhouse: Path, name: str, version: str, tag: str, *, requires: Iterable[str] = ()) -> Path:
+    """A minimal wheel, tagged ``tag``: a package with a compiled extension (fake bytes) and its dist-info."""
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    files = {
+        f"{name}/__init__.py": f"VERSION = {version!r}\n".encode(),
+        f"{name}/_speedups.cpython-314-aarch64-linux-gnu.so": f"\x7fELF {name} {version} {tag}".encode(),
+        f"{info}/METADATA": (metadata + "".join(f"Requires-Dist: {need}\n" for need in requires)).encode(),
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(),
+    }
+    records = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+        for path, data in files.items()
+    ]
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    wheel = wheelhouse / f"{name}-{version}-{tag}.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+        archive.writestr(f"{info}/RECORD", "\n".join([*records, f"{info}/RECORD,,"]) + "\n")
+    return wheel
+
+
+def build_sdist(wheelhouse: Path, name: str, version: str) -> None:
+    """A source distribution's file name: all pip needs to list it, and it never builds one here."""
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    (wheelhouse / f"{name}-{version}.tar.gz").write_bytes(b"")
+
+
+@pytest.fixture
+def requiring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Worker requirements of ``fast==1.0``, from a wheelhouse the test fills; the code is the project's."""
+    wheelhouse = tmp_path / "wheelhouse"
+    monkeypatch.setattr(worker_package, "WHEELHOUSE", wheelhouse)
+    monkeypatch.setattr(worker_package, "worker_requirements", lambda: ["fast==1.0"])
+    return wheelhouse
+
+
+@pytest.mark.parametrize(
+    "platform",
+    ["manylinux2014_aarch64", "manylinux_2_17_aarch64.manylinux2014_aarch64", "manylinux_2_28_aarch64"],
+)
+def test_a_compiled_requirement_ships_its_aarch64_wheels_files(requiring: Path, tmp_path: Path, platform: str) -> None:
+    """Any glibc from manylinux2014's 2.17 to Amazon Linux 2023's 2.34 loads in the function."""
+    build_wheel(requiring, "fast", "1.0", f"{LAMBDA_ABI}-{platform}")
+    build_wheel(requiring, "fast", "1.0", f"{LAMBDA_ABI}-manylinux2014_x86_64")
+    files = worker_package.stage_asset(tmp_path / "site")
+    bundle = tmp_path / "task"
+    worker_package.copy_asset(files, bundle)
+    shipped = {path.relative_to(bundle).as_posix() for path in bundle.rglob("*") if path.is_file()}
+    assert {EXTENSION, "fast/__init__.py", "fast-1.0.dist-info/METADATA", "functions/worker.py"} <= shipped
+    assert (bundle / EXTENSION).read_bytes() == f"\x7fELF fast 1.0 {LAMBDA_ABI}-{platform}".encode()
+    assert "fast-1.0.dist-info/RECORD" not in shipped
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        ["fast-1.0-cp314-cp314-manylinux2014_x86_64.whl", "fast-1.0.tar.gz"],
+        ["fast-1.0-cp311-cp311-manylinux2014_aarch64.whl"],
+        ["fast-1.0-cp314-cp314-manylinux_2_39_aarch64.whl"],
+        ["fast-1.0-cp314-cp314-macosx_11_0_arm64.whl"],
+    ],
+    ids=["x86_64 and sdist", "another python", "newer glibc", "macos"],
+)
+def test_a_requirement_without_a_wheel_for_the_function_fails_synth_with_one_line(
+    requiring: Path, tmp_path: Path, files: list[str]
+) -> None:
+    for file in files:
+        if file.endswith(".whl"):
+            build_wheel(requiring, "fast", "1.0", file.removeprefix("fast-1.0-").removesuffix(".whl"))
+        else:
+            build_sdist(requiring, "fast", "1.0")
+    with pytest.raises(DeclarationError) as raised:
+        worker_package.stage_asset(tmp_path / "site")
+    assert str(raised.value) == (
+        "worker bundle: no wheel of 'fast==1.0' for CPython 3.14 on manylinux_2_34_aarch64 .. manylinux2014_aarch64 "
+        f"in {requiring} (`make setup` downloads the worker requirements' wheels there); only such wheels can run "
+        "in the function, so a distribution without one cannot be bundled"
+    )
+
+
+def test_a_dependency_without_a_wheel_is_the_one_named(requiring: Path, tmp_path: Path) -> None:
+    build_wheel(requiring, "fast", "1.0", f"{LAMBDA_ABI}-manylinux2014_aarch64", requires=["slow"])
+    build_sdist(requiring, "slow", "2.0")
+    with pytest.raises(DeclarationError, match=r"^worker bundle: no wheel of 'slow' for CPython 3\.14 on "):
+        worker_package.stage_asset(tmp_path / "site")
+
+
+def test_a_synth_with_an_unbundlable_requirement_stops_with_that_line(requiring: Path) -> None:
+    build_sdist(requiring, "fast", "1.0")
+    with pytest.raises(DeclarationError, match=r"^worker bundle: no wheel of 'fast==1\.0' for CPython 3\.14 "):
+        build_app(SMALL, topology_spec="tests.fixtures.small_topology:TOPOLOGY")
+
+
+def test_the_hash_follows_the_requirements_wheels(
+    requiring: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tag = f"{LAMBDA_ABI}-manylinux2014_aarch64"
+    build_wheel(requiring, "fast", "1.0", tag)
+    build_wheel(requiring, "fast", "1.1", tag)
+    before = worker_package.asset_hash(worker_package.stage_asset(tmp_path / "first"))
+    # The same requirements from the same wheels: the same asset.
+    assert worker_package.asset_hash(worker_package.stage_asset(tmp_path / "again")) == before
+    monkeypatch.setattr(worker_package, "worker_requirements", lambda: ["fast==1.1"])
+    assert worker_package.asset_hash(worker_package.stage_asset(tmp_path / "bumped")) != before
+
+
+def test_download_fetches_only_the_functions_wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make setup`'s step, through pip's configuration: here a local folder stands in for the index."""
+    index = tmp_path / "index"
+    wanted = build_wheel(index, "fast", "1.0", f"{LAMBDA_ABI}-manylinux2014_aarch64")
+    build_wheel(index, "fast", "1.0", f"{LAMBDA_ABI}-manylinux2014_x86_64")
+    build_sdist(index, "slow", "2.0")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    wheelhouse = tmp_path / "wheelhouse"
+    lambda_wheels.download(["fast==1.0"], wheelhouse, worker_package.PLATFORM)
+    assert [path.name for path in wheelhouse.iterdir()] == [wanted.name]
+    with pytest.raises(DeclarationError) as raised:
+        lambda_wheels.download(["slow==2.0"], wheelhouse, worker_package.PLATFORM)
+    assert str(raised.value).startswith(
+        "worker bundle: no wheel of 'slow==2.0' for CPython 3.14 on manylinux_2_34_aarch64 .. manylinux2014_aarch64 "
+        "on the package index; "
+    )
+
+
+def test_the_wheels_are_chosen_for_the_functions_runtime_and_architecture() -> None:
+    assert worker_package.PLATFORM.python_version == "3.14"
+    assert worker_package.PLATFORM.platforms[::17] == ("manylinux_2_34_aarch64", "manylinux_2_17_aarch64")
+    assert worker_package.PLATFORM.platforms[-1] == "manylinux2014_aarch64"
+    other = lambda_wheels.LambdaPlatform.of(lambda_.Runtime.PYTHON_3_13, lambda_.Architecture.X86_64)
+    assert other.python_version == "3.13"
+    assert (other.platforms[0], other.platforms[-1]) == ("manylinux_2_34_x86_64", "manylinux2014_x86_64")
 
 
 def test_the_bundle_imports_conveyor_schedules_with_only_what_lambda_provides(lambda_like: LambdaLike) -> None:

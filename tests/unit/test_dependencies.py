@@ -5,8 +5,8 @@ extras are what the other sides add (cli, local, testing, cdk, dev, bench). Ever
 and a distribution has one pin; requirements.txt and requirements-dev.txt install the project
 with extras (all but bench, which `make bench` installs) and pin nothing that disagrees. Each
 side's third-party imports are installed for that side, every declared distribution is used by
-the side that declares it, and the Powertools pin is the release the layer version in cdk.json
-packages.
+the side that declares it, the Powertools pin is the release the layer version in cdk.json
+packages, and the worker requirements the Lambda bundle installs are runtime dependencies.
 
 The checks are functions of the files' contents, shown failing on drifting samples first, then
 run on the project's own files.
@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from conveyor.contract.loader import worker_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "conveyor"
@@ -430,6 +432,17 @@ def test_the_powertools_pin_is_the_release_of_the_layer_in_cdk_json() -> None:
     mismatch = powertools_mismatch(layer, layer_version, runtime[POWERTOOLS].version)
 
     assert mismatch is None, mismatch
+
+
+def test_the_worker_requirements_are_runtime_dependencies() -> None:
+    """The bundle ships each at the version installed here: the runtime group must pin it (infra/worker_package.py)."""
+    runtime = _declared().installed([])
+    names = worker_requirements(ROOT / "pyproject.toml")
+    assert names, "pyproject.toml names no [tool.conveyor] worker-requirements"
+
+    unpinned = [name for name in names if normalize(name) not in runtime]
+
+    assert not unpinned, f"worker requirements not in pyproject.toml's [project] dependencies: {unpinned}"
 
 
 @pytest.mark.parametrize("group", SIDES)

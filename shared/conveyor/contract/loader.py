@@ -10,10 +10,14 @@ order of precedence:
    is found from anywhere inside the project.
 
 Nothing set fails with one line naming the setting and where it was looked for.
+
+``[tool.conveyor] worker-requirements`` is read here too: the distributions the Lambda bundle
+installs for the job code (``worker_requirements``).
 """
 
 import importlib
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +29,9 @@ TOPOLOGY_ENV = "CONVEYOR_TOPOLOGY"
 PYPROJECT = "pyproject.toml"
 TOOL_TABLE = "conveyor"  # [tool.conveyor]
 TOPOLOGY_KEY = "topology"
+WORKER_REQUIREMENTS_KEY = "worker-requirements"
+# A distribution's name as PEP 508 spells it, with nothing after it (no version, no extras).
+_DISTRIBUTION_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -41,24 +48,49 @@ def nearest_pyproject(start: Path | None = None) -> Path | None:
     return next((folder / PYPROJECT for folder in (here, *here.parents) if (folder / PYPROJECT).is_file()), None)
 
 
-def project_setting(key: str, pyproject: Path) -> ProjectSetting | None:
-    """``[tool.conveyor] <key>`` in ``pyproject``, or None if it does not set it.
-
-    Only the nearest pyproject.toml counts: a parent directory's settings never leak into a
-    project nested inside it.
-    """
+def _tool_value(key: str, pyproject: Path) -> object:
+    """``[tool.conveyor] <key>`` in ``pyproject`` as TOML parsed it, or None if it does not set it."""
     import tomllib  # here, not at the top: a Lambda cold start names its topology in the environment
 
     try:
         document = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise DeclarationError(f"{pyproject}: not valid TOML ({error})") from error
-    value = document.get("tool", {}).get(TOOL_TABLE, {}).get(key)
+    value: object = document.get("tool", {}).get(TOOL_TABLE, {}).get(key)
+    return value
+
+
+def project_setting(key: str, pyproject: Path) -> ProjectSetting | None:
+    """``[tool.conveyor] <key>`` in ``pyproject``, or None if it does not set it.
+
+    Only the nearest pyproject.toml counts: a parent directory's settings never leak into a
+    project nested inside it.
+    """
+    value = _tool_value(key, pyproject)
     if value is None:
         return None
     if not isinstance(value, str):
         raise DeclarationError(f"{pyproject}: [tool.{TOOL_TABLE}] {key} must be a 'module:attribute' string")
     return ProjectSetting(value, pyproject)
+
+
+def worker_requirements(pyproject: Path) -> tuple[str, ...]:
+    """``[tool.conveyor] worker-requirements``: what the job code imports beyond the Lambda runtime and layer.
+
+    Distribution names only, none if unset: each is pinned once, in the project's dependencies,
+    and the bundle ships the version installed beside the tests.
+    """
+    value = _tool_value(WORKER_REQUIREMENTS_KEY, pyproject)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+        isinstance(name, str) and _DISTRIBUTION_NAME.match(name) for name in value
+    ):
+        raise DeclarationError(
+            f"{pyproject}: [tool.{TOOL_TABLE}] {WORKER_REQUIREMENTS_KEY} must be a list of distribution names "
+            f"(no versions: they are pinned in [project] dependencies), not {value!r}"
+        )
+    return tuple(value)
 
 
 def resolve(key: str, spec: str | None, env: str) -> str:

@@ -1,4 +1,7 @@
-"""The topology is found by an explicit setting: argument, then environment, then [tool.conveyor]; never a default."""
+"""The topology is found by an explicit setting: argument, then environment, then [tool.conveyor]; never a default.
+
+[tool.conveyor] also names the worker requirements, the distributions the Lambda bundle installs.
+"""
 
 import os
 import sys
@@ -7,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.contract.errors import DeclarationError
-from conveyor.contract.loader import TOPOLOGY_ENV, load_topology, topology_spec
+from conveyor.contract.loader import TOPOLOGY_ENV, load_topology, topology_spec, worker_requirements
 from functions.topology import TOPOLOGY
 from tests.unit.cli.test_cli import run
 
@@ -102,3 +105,26 @@ def test_the_cli_says_so_in_one_line_and_exits_non_zero(elsewhere: Path, capsys:
     assert (code, out) == (1, "")
     assert err.startswith("conveyor: no topology set: pass --topology, set CONVEYOR_TOPOLOGY=")
     assert err.count("\n") == 1
+
+
+def test_worker_requirements_are_the_names_listed_or_none(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.conveyor]\ntopology = "shop:TOPOLOGY"\n')
+    assert worker_requirements(pyproject) == ()
+    pyproject.write_text('[tool.conveyor]\nworker-requirements = ["orjson", "ruamel.yaml", "typing_extensions"]\n')
+    assert worker_requirements(pyproject) == ("orjson", "ruamel.yaml", "typing_extensions")
+
+
+@pytest.mark.parametrize(
+    "value", ['"orjson"', '["orjson==3.11.4"]', '["orjson[all]"]', '["orjson", 3]', '[""]'], ids=repr
+)
+def test_worker_requirements_other_than_a_list_of_names_fail_in_one_line(tmp_path: Path, value: str) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(f"[tool.conveyor]\nworker-requirements = {value}\n")
+    with pytest.raises(DeclarationError) as raised:
+        worker_requirements(pyproject)
+    assert str(raised.value).startswith(
+        f"{pyproject}: [tool.conveyor] worker-requirements must be a list of distribution names "
+        "(no versions: they are pinned in [project] dependencies), not "
+    )
+    assert "\n" not in str(raised.value)
