@@ -175,7 +175,9 @@ class Jobs:
         """What every queue's DLQ holds (of ``job``): each entry's ``reason`` (a conveyor.contract.reasons
         code, or ``receive_limit`` if SQS moved it), error and original ``body``, unchanged."""
         name = _name(job)
-        entries = [entry for w in self._workers for entry in read_entries(self._sqs, w.provisioned.dlq_url)[0]]
+        # In-process moto hands a short poll every visible message: no long poll's second of real time.
+        dlqs = [worker.provisioned.dlq_url for worker in self._workers]
+        entries = [entry for url in dlqs for entry in read_entries(self._sqs, url, wait_s=0)[0]]
         return [entry for entry in entries if name is None or entry.job_type == name]
 
     # --- internals -----------------------------------------------------------------------------
