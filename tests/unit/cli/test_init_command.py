@@ -5,9 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from conveyor.cli.main import main
+from tests.cli_support import conveyor
 
 ROOT = Path(__file__).resolve().parents[3]
 # The generated project's tests, which start moto and the harness in a fresh interpreter.
@@ -23,17 +21,6 @@ FILES = [
     "pyproject.toml",
     "tests/test_send_welcome.py",
 ]
-
-
-def conveyor(*argv: str) -> tuple[int, str, str]:
-    """The console script's entry point, as a user runs it: errors leave it as one line and an exit code."""
-    with CliRunner().isolation() as (out, err, _):
-        try:
-            main(list(argv))
-            code = 0
-        except SystemExit as exited:
-            code = int(exited.code or 0)
-    return code, out.getvalue().decode(), err.getvalue().decode()
 
 
 def written(directory: Path) -> list[str]:
