@@ -6,6 +6,7 @@ version as ``{{conveyor_version}}``; the folder ``package`` becomes the project'
 """
 
 import importlib.metadata
+import importlib.util
 import keyword
 import re
 from importlib.resources import files
@@ -17,16 +18,29 @@ import click
 TEMPLATES = files("conveyor.cli") / "templates" / "project"
 SUFFIX = ".tmpl"
 PACKAGE_FOLDER = "package"
+# Where the project's tests go (templates/project/tests): no package may take its name.
+TESTS_FOLDER = "tests"
 DISTRIBUTION = "conveyor"
 
 
 def package_name(directory: Path) -> str:
-    """The Python package a project in ``directory`` gets: its folder's name, lower case, ``_`` for the rest."""
-    name = re.sub(r"\W+", "_", directory.resolve().name.lower()).strip("_")
+    """The Python package a project in ``directory`` gets: its folder's name, lower case, ``_`` for the rest.
+
+    Not a name Python already finds (``conveyor``, ``json``) nor the project's own ``tests``: the
+    package would hide that module, or share the tests' folder.
+    """
+    folder = directory.resolve().name
+    name = re.sub(r"\W+", "_", folder.lower()).strip("_")
     if not name.isidentifier() or keyword.iskeyword(name):
         raise click.ClickException(
-            f"cannot name a Python package after the folder {directory.resolve().name!r}: "
-            "use a folder name that starts with a letter"
+            f"cannot name a Python package after the folder {folder!r}: use a folder name that starts with a letter"
+        )
+    spec = importlib.util.find_spec(name)
+    # A namespace package (a bare folder, such as an empty DIR under the current one) hides nothing.
+    if name == TESTS_FOLDER or (spec is not None and spec.origin is not None):
+        raise click.ClickException(
+            f"cannot name a Python package {name!r} after the folder {folder!r}: a module of that name exists "
+            "already, and one of them would hide the other; use another folder name"
         )
     return name
 

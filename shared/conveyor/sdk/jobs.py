@@ -103,9 +103,10 @@ def job(
     """Declare a job type around its handler: ``@job(queue="critical") def charge_order(payload: ChargeOrder, ctx)``.
 
     The type's name defaults to the function's and its model to the first parameter's annotation,
-    which also types ``enqueue``; ``name`` and ``model`` given here win. The name is the wire
-    contract: renaming a function whose job has no explicit name renames its type, and messages
-    of the old name dead-letter.
+    which also types ``enqueue``; ``name`` and ``model`` given here set them, and a model given must
+    be the annotated one, if any (``enqueue`` is typed by the one, the worker validates with the
+    other). The name is the wire contract: renaming a function whose job has no explicit name
+    renames its type, and messages of the old name dead-letter.
     """
 
     def declare(handler: Handler[P]) -> Job[P]:
@@ -114,7 +115,7 @@ def job(
         return Job(
             name=type_name,
             queue=queue,
-            model=model if model is not None else _annotated_model(handler, where),
+            model=_payload_model(handler, model, where),
             handler=handler,
             version=version,
             upcasters=dict(upcasters or {}),
@@ -140,17 +141,30 @@ def _function_name(handler: Callable[..., object], where: str) -> str:
     return function_name
 
 
-def _annotated_model(handler: Callable[..., object], where: str) -> Any:
-    """The first parameter's annotation, which must be a pydantic model; the JobType checks the rest."""
+def _payload_model(handler: Callable[..., object], model: type[BaseModel] | None, where: str) -> Any:
+    """The payload model: ``model``, else the first parameter's annotation, which must be a pydantic model.
+
+    Both given, they must be one class: ``enqueue`` is typed by the annotation, and the worker
+    validates with the model. The JobType checks the rest.
+    """
     try:
         parameters = list(inspect.signature(handler).parameters.values())
         hints = typing.get_type_hints(handler)
     except (NameError, TypeError, ValueError) as error:  # an unresolvable annotation, an uninspectable callable
+        if model is not None:
+            return model
         raise DeclarationError(f"{where}: cannot read its annotations ({error}); pass model=") from error
     annotation = hints.get(parameters[0].name) if parameters else None
+    annotated = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    if model is None:
+        require(
+            annotated, where, "annotate the first parameter with the payload model (a conveyor.Payload) or pass model="
+        )
+        return annotation
     require(
-        isinstance(annotation, type) and issubclass(annotation, BaseModel),
+        not annotated or model is annotation,
         where,
-        "annotate the first parameter with the payload model (a conveyor.Payload) or pass model=",
+        f"model={getattr(model, '__name__', model)} but the first parameter is annotated "
+        f"{getattr(annotation, '__name__', annotation)}: enqueue would take one and the worker validate the other",
     )
-    return annotation
+    return model

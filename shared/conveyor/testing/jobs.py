@@ -20,10 +20,13 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any
 from unittest import mock
 
 import boto3
+import botocore.loaders
+import botocore.session
 import time_machine
 from moto import mock_aws
 from moto.sqs.models import sqs_backends
@@ -175,7 +178,9 @@ class Jobs:
         """What every queue's DLQ holds (of ``job``): each entry's ``reason`` (a conveyor.contract.reasons
         code, or ``receive_limit`` if SQS moved it), error and original ``body``, unchanged."""
         name = _name(job)
-        entries = [entry for w in self._workers for entry in read_entries(self._sqs, w.provisioned.dlq_url)[0]]
+        # In-process moto hands a short poll every visible message: no long poll's second of real time.
+        dlqs = [worker.provisioned.dlq_url for worker in self._workers]
+        entries = [entry for url in dlqs for entry in read_entries(self._sqs, url, wait_s=0)[0]]
         return [entry for entry in entries if name is None or entry.job_type == name]
 
     # --- internals -----------------------------------------------------------------------------
@@ -232,6 +237,22 @@ class Jobs:
 _MISSING = object()
 
 
+@cache
+def _loader() -> botocore.loaders.Loader:
+    """botocore's service models and endpoints, read from its data files once per process: they never change."""
+    return botocore.loaders.create_loader()
+
+
+def _default_session() -> boto3.Session:
+    """A new default session, as ``mock_aws`` gives each block, whose clients reuse the parsed models.
+
+    A session of its own parses the endpoints and every service model again: about 0.1 s a block.
+    """
+    session = botocore.session.get_session()
+    session.register_component("data_loader", _loader())
+    return boto3.Session(botocore_session=session)
+
+
 @contextmanager
 def run_jobs(topology: Topology | None = None, *, start: datetime | None = None) -> Iterator[Jobs]:
     """Run ``topology``'s jobs (default: the project's, from [tool.conveyor] in pyproject.toml) in this process.
@@ -251,6 +272,7 @@ def run_jobs(topology: Topology | None = None, *, start: datetime | None = None)
             os.environ.pop(name, None)
         clock = stack.enter_context(time_machine.travel(start or datetime.now(UTC), tick=True))
         stack.enter_context(mock_aws())
+        stack.enter_context(mock.patch("boto3.DEFAULT_SESSION", _default_session()))
         sqs = boto3.client("sqs")
         dynamodb = boto3.client("dynamodb")
         provisioned = provision(declared, sqs=sqs, dynamodb=dynamodb)

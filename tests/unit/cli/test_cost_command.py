@@ -15,26 +15,16 @@ import boto3
 import pytest
 from click.testing import CliRunner
 
-from conveyor.cli.main import cli, main
+from conveyor.cli.main import cli
 from conveyor.contract.settings import METRICS_NAMESPACE
 from functions.topology import TOPOLOGY
+from tests.cli_support import conveyor
 
 MIX = "send_welcome_email=0.5,charge_order=0.2,deliver_webhook=0.3"
 
 
 # The provisional profile (tests/fixtures/cost_profile.json) docs/cost.md and docs/capacity.md use too.
 PROFILE = Path(__file__).resolve().parents[2] / "fixtures" / "cost_profile.json"
-
-
-def conveyor(*argv: str) -> tuple[int, str, str]:
-    """The console script's entry point, as a user runs it: errors leave it as one line and an exit code."""
-    with CliRunner().isolation() as (out, err, _):
-        try:
-            main(list(argv))
-            code = 0
-        except SystemExit as exited:
-            code = int(exited.code or 0)
-    return code, out.getvalue().decode(), err.getvalue().decode()
 
 
 def test_the_bill_is_a_table_per_job_type_with_the_total_and_its_assumptions() -> None:

@@ -85,6 +85,21 @@ def test_explicit_name_and_model_win_over_inference() -> None:
     assert (greet.name, greet.model) == ("say_hello", Greet)
 
 
+def test_an_explicit_model_that_is_not_the_annotated_one_fails_naming_both() -> None:
+    def greet(payload: WelcomeEmail, ctx: JobContext) -> None: ...
+
+    with pytest.raises(
+        DeclarationError, match=r"^job .*greet: model=Greet but the first parameter is annotated WelcomeEmail: enqueue"
+    ):
+        job(queue="default", model=Greet)(greet)
+
+
+def test_an_explicit_model_needs_no_readable_annotation() -> None:
+    def later(payload: "Missing", ctx: JobContext) -> None: ...  # type: ignore[name-defined]  # noqa: F821
+
+    assert job(queue="default", model=Greet)(later).model is Greet
+
+
 def test_a_function_name_that_is_no_job_type_name_fails_naming_the_function() -> None:
     def Greet_Someone(payload: Greet, ctx: JobContext) -> None: ...  # noqa: N802 - the name under test
 
@@ -137,7 +152,7 @@ def test_enqueue_many_returns_ids_in_payload_order(aws: Aws, client: JobClient) 
     assert [by_id[job_id] for job_id in ids] == [f"u-{n}" for n in range(12)]
 
 
-def test_request_is_a_job_request_with_its_options(client: JobClient) -> None:
+def test_request_is_a_job_request_with_its_options() -> None:
     request = send_welcome_email.request(WelcomeEmail(user_id="u-1"), dedupe_key="k", delay=timedelta(seconds=5))
     assert (request.job, request.dedupe_key, request.delay) == (send_welcome_email, "k", timedelta(seconds=5))
 

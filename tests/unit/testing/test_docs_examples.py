@@ -1,23 +1,10 @@
 """docs/testing.md, "Testing your jobs": every code block of the section runs as written, and its tests pass."""
 
-import re
-from pathlib import Path
-
 import pytest
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "testing.md"
-SECTION = "## Testing your jobs"
-_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+from tests.docs_examples import python_blocks, run_blocks
 
-
-def section_blocks(text: str) -> list[str]:
-    """The python code blocks between the section's heading and the next heading of its level."""
-    start = text.index(SECTION + "\n")
-    end = text.find("\n## ", start + len(SECTION))
-    return _BLOCK.findall(text[start : end if end != -1 else len(text)])
-
-
-BLOCKS = section_blocks(DOC.read_text())
+BLOCKS = python_blocks("docs/testing.md", "## Testing your jobs")
 
 
 def test_the_section_has_examples() -> None:
@@ -26,8 +13,7 @@ def test_the_section_has_examples() -> None:
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"block-{index}" for index in range(len(BLOCKS))])
 def test_a_documented_example_passes(block: str) -> None:
-    namespace: dict[str, object] = {}
-    exec(compile(block, str(DOC), "exec"), namespace)
+    namespace = run_blocks([block])
     tests = [value for name, value in namespace.items() if name.startswith("test_") and callable(value)]
     assert tests, "the block defines no test_ function"
     for test in tests:

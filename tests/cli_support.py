@@ -1,0 +1,16 @@
+"""The `conveyor` console script run in-process as a user runs it, for tests of its bad-input lines and exit codes."""
+
+from click.testing import CliRunner
+
+from conveyor.cli.main import main
+
+
+def conveyor(*argv: str) -> tuple[int, str, str]:
+    """The entry point's exit code, stdout and stderr: errors leave it as one line and an exit code, as in a shell."""
+    with CliRunner().isolation() as (out, err, _):
+        try:
+            main(list(argv))
+            code = 0
+        except SystemExit as exited:
+            code = int(exited.code or 0)
+    return code, out.getvalue().decode(), err.getvalue().decode()
