@@ -67,8 +67,11 @@ lint: $(PY_STAMP)
 typecheck: $(PY_STAMP)
 	$(BIN)/mypy
 
+# On every core (pytest-xdist); the tests of one session synth share a worker (tests/infra/conftest.py),
+# and that synth is written to $(CDK_OUT) for `make test`'s cfn-lint.
 unit: $(PY_STAMP)
-	$(SYNTH_ENV) $(BIN)/pytest -q
+	rm -rf $(CDK_OUT)
+	$(SYNTH_ENV) CONVEYOR_CDK_OUT=$(CURDIR)/$(CDK_OUT) $(BIN)/pytest -q -n auto --dist loadgroup
 
 synth: setup
 	rm -rf $(CDK_OUT)
@@ -77,7 +80,10 @@ synth: setup
 cfn-lint: synth
 	$(BIN)/cfn-lint $(CDK_OUT)/*.template.json
 
-test: lint typecheck unit cfn-lint
+# cfn-lint lints the template the tests synthesized (the same app and topology `make synth` builds)
+# rather than synthesizing it a second time through the CDK CLI.
+test: lint typecheck unit
+	$(BIN)/cfn-lint $(CDK_OUT)/*.template.json
 
 schema: $(PY_STAMP)
 	$(BIN)/conveyor schema --output docs/schema/envelope.schema.json
