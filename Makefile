@@ -67,11 +67,15 @@ lint: $(PY_STAMP)
 typecheck: $(PY_STAMP)
 	$(BIN)/mypy
 
-# On every core (pytest-xdist); the tests of one session synth share a worker (tests/infra/conftest.py),
-# and that synth is written to $(CDK_OUT) for `make test`'s cfn-lint.
+# pytest-xdist workers: two per core, as most tests wait (on long polls, workers' threads, child
+# processes) rather than compute. `make unit PYTEST_WORKERS=auto` for one per core.
+PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+
+# The tests of one session synth share a worker (tests/infra/conftest.py), and that synth is written
+# to $(CDK_OUT) for `make test`'s cfn-lint.
 unit: $(PY_STAMP)
 	rm -rf $(CDK_OUT)
-	$(SYNTH_ENV) CONVEYOR_CDK_OUT=$(CURDIR)/$(CDK_OUT) $(BIN)/pytest -q -n auto --dist loadgroup
+	$(SYNTH_ENV) CONVEYOR_CDK_OUT=$(CURDIR)/$(CDK_OUT) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 synth: setup
 	rm -rf $(CDK_OUT)
