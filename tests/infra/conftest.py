@@ -1,8 +1,8 @@
 """One synth of the project's app per test session, with cdk-nag enforcing as in `make synth`.
 
 ``stream_synthesized`` is a second one, of a topology with stream rules on one of two tables,
-built only in sessions that ask for it. Under pytest-xdist every test using either runs on one
-worker (one xdist_group), so each is still built once per run. With ``$CONVEYOR_CDK_OUT`` set
+built only in sessions that ask for it. Under pytest-xdist the tests using each run on one worker
+(an xdist_group per synth), so each is still built once per run. With ``$CONVEYOR_CDK_OUT`` set
 (`make test` sets it), the project's synth is written there, for cfn-lint to lint afterwards.
 """
 
@@ -187,10 +187,17 @@ def synthesize(topology: Topology, spec: str, outdir: Path) -> Synthesized:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of a session synth share one worker, which synthesizes once."""
+    """The tests of one synth share one worker, which synthesizes once; each synth has its own group.
+
+    A module that defines its own ``synthesized`` (a topology of its own, built once per module)
+    is a group of its own too.
+    """
     for item in items:
-        if isinstance(item, pytest.Function) and SESSION_SYNTHS & set(item.fixturenames):
-            item.add_marker(pytest.mark.xdist_group(SYNTH_GROUP))
+        if not isinstance(item, pytest.Function):
+            continue
+        for name in SESSION_SYNTHS & set(item.fixturenames):
+            owner = item.module.__name__ if name in vars(item.module) else "session"
+            item.add_marker(pytest.mark.xdist_group(f"{SYNTH_GROUP}:{owner}:{name}"))
 
 
 @pytest.fixture(scope="session")
