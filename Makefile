@@ -69,7 +69,7 @@ typecheck: $(PY_STAMP)
 
 # pytest-xdist workers: two per core, as most tests wait (on long polls, workers' threads, child
 # processes) rather than compute. `make unit PYTEST_WORKERS=auto` for one per core.
-PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+PYTEST_WORKERS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN) * 2 )))
 
 # The tests of one session synth share a worker (tests/infra/conftest.py), and that synth is written
 # to $(CDK_OUT) for `make test`'s cfn-lint.
