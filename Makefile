@@ -84,8 +84,15 @@ lint: $(PY_STAMP)
 typecheck: $(PY_STAMP)
 	$(BIN)/mypy
 
+# pytest-xdist workers: two per core, as most tests wait (on long polls, workers' threads, child
+# processes) rather than compute. `make unit PYTEST_WORKERS=auto` for one per core.
+PYTEST_WORKERS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN) * 2 )))
+
+# The tests of one session synth share a worker (tests/infra/conftest.py), and that synth is written
+# to $(CDK_OUT) for `make test`'s cfn-lint.
 unit: $(PY_STAMP) $(WHEELS_STAMP)
-	$(SYNTH_ENV) $(BIN)/pytest -q
+	rm -rf $(CDK_OUT)
+	$(SYNTH_ENV) CONVEYOR_CDK_OUT=$(CURDIR)/$(CDK_OUT) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 synth: setup schema
 	rm -rf $(CDK_OUT)
@@ -94,7 +101,10 @@ synth: setup schema
 cfn-lint: synth
 	$(BIN)/cfn-lint $(CDK_OUT)/*.template.json
 
-test: lint typecheck unit cfn-lint
+# cfn-lint lints the template the tests synthesized (the same app and topology `make synth` builds)
+# rather than synthesizing it a second time through the CDK CLI.
+test: lint typecheck unit
+	$(BIN)/cfn-lint $(CDK_OUT)/*.template.json
 
 schema: $(PY_STAMP)
 	$(BIN)/conveyor schema --output $(SCHEMA)

@@ -16,16 +16,19 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import boto3
 import pytest
+from click.testing import CliRunner
 
+from conveyor.cli.main import main
 from conveyor.contract import naming
 from conveyor.contract.topology import Topology
 from conveyor.local.demo import Observed, QueueDepth, queue_depth
@@ -48,6 +51,8 @@ WAIT_S = 60.0
 POLL_S = 0.1
 STOP_S = 30.0
 LOG_TAIL_CHARS = 3000
+# How often the in-process workers read pause, resume and concurrency changes (5 s when run for real).
+CONTROL_POLL_S = 0.2
 
 
 def wait_until(
@@ -204,7 +209,9 @@ class InProcess:
 def runtime(aws: LocalAws, tmp_path: Path) -> Iterator[InProcess]:
     """The declared workers running in this process against the test's embedded AWS."""
     observed = Observed()
-    local = LocalRuntime(aws.topology, endpoint_url=aws.endpoint, observer=observed.record)
+    local = LocalRuntime(
+        aws.topology, endpoint_url=aws.endpoint, observer=observed.record, control_poll_s=CONTROL_POLL_S
+    )
     local.start(raw_values=tmp_path / "metrics.jsonl")
     try:
         yield InProcess(runtime=local, observed=observed)
@@ -272,7 +279,7 @@ def jobs_process(*argv: str, workdir: Path, topology: str = TOPOLOGY_SPEC) -> It
         process = subprocess.Popen(
             _jobs_command(argv, topology),
             cwd=workdir,
-            env=_child_environment(PYTHONUNBUFFERED="1"),
+            env=child_environment(PYTHONUNBUFFERED="1"),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
@@ -286,17 +293,12 @@ def jobs_process(*argv: str, workdir: Path, topology: str = TOPOLOGY_SPEC) -> It
 
 
 def run_jobs(*argv: str, workdir: Path, timeout_s: float = WAIT_S) -> "subprocess.CompletedProcess[str]":
-    """Run ``conveyor --topology <e2e> local <argv>`` in ``workdir`` to completion."""
-    return run_cli("local", *argv, workdir=workdir, timeout_s=timeout_s)
-
-
-def run_cli(*argv: str, workdir: Path, timeout_s: float = WAIT_S) -> "subprocess.CompletedProcess[str]":
-    """Run ``conveyor --topology <e2e> <argv>`` in ``workdir`` to completion, as an operator's shell would."""
+    """Run ``conveyor --topology <e2e> local <argv>`` as its own process in ``workdir``, to completion."""
     workdir.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
-        [str(JOBS), "--topology", TOPOLOGY_SPEC, *argv],
+        _jobs_command(argv, TOPOLOGY_SPEC),
         cwd=workdir,
-        env=_child_environment(),
+        env=child_environment(),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -305,11 +307,84 @@ def run_cli(*argv: str, workdir: Path, timeout_s: float = WAIT_S) -> "subprocess
     )
 
 
+@dataclass(frozen=True)
+class CliRun:
+    """What one `conveyor` command printed, and its exit code."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class _OwnThreadOutput:
+    """sys.stdout or sys.stderr while a command runs in this process.
+
+    The command's thread writes to the command's capture; every other thread (the in-process
+    workers printing EMF) goes on writing where it wrote before, as if the command ran apart.
+    """
+
+    def __init__(self, command: TextIO, others: TextIO) -> None:
+        self._command = command
+        self._others = others
+        self._thread = threading.get_ident()
+
+    def _stream(self) -> TextIO:
+        return self._command if threading.get_ident() == self._thread else self._others
+
+    def write(self, text: str) -> int:
+        return self._stream().write(text)
+
+    def flush(self) -> None:
+        self._stream().flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream(), name)
+
+
+def run_cli(*argv: str, workdir: Path) -> CliRun:
+    """Run ``conveyor --topology <e2e> <argv>`` in ``workdir`` as an operator's shell would, in this process.
+
+    Through the console script's own entry (``main``: one line and an exit code on error), with
+    click's CliRunner isolating stdin, stdout and stderr, and nothing of the process carried over
+    from an earlier command: a fresh boto3 session (credentials are looked up again), the
+    environment, the import path and the working directory as they were.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    environment = dict(os.environ)
+    before_out, before_err = sys.stdout, sys.stderr
+    with pytest.MonkeyPatch.context() as patched:
+        patched.chdir(workdir)
+        patched.setattr(sys, "path", list(sys.path))
+        patched.setattr(boto3, "DEFAULT_SESSION", None)
+        with CliRunner().isolation() as (out, err, _):
+            sys.stdout = _OwnThreadOutput(sys.stdout, before_out)
+            sys.stderr = _OwnThreadOutput(sys.stderr, before_err)
+            try:
+                main(["--topology", TOPOLOGY_SPEC, *argv])
+                exit_code = 0
+            except SystemExit as exited:
+                exit_code = int(exited.code or 0)  # main exits with a number, never a message
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+        _restore(environment)
+    return CliRun(exit_code=exit_code, stdout=out.getvalue().decode(), stderr=err.getvalue().decode())
+
+
+def _restore(environment: dict[str, str]) -> None:
+    """Put back the variables a command changed, leaving the others alone (worker threads read them)."""
+    for name in set(os.environ) - set(environment):
+        del os.environ[name]
+    for name, value in environment.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
 def _jobs_command(argv: Sequence[str], topology: str) -> list[str]:
     return [str(JOBS), "--topology", topology, "local", *argv]
 
 
-def _child_environment(**extra: str) -> dict[str, str]:
+def child_environment(**extra: str) -> dict[str, str]:
     """This process's environment, with the project importable from any working directory.
 
     Children run in the test's own directory, not the project's: `conveyor local` keeps files

@@ -1,4 +1,7 @@
-"""The ops CLI against the local runtime, as an operator uses it: `conveyor` processes, real workers.
+"""The ops CLI against the local runtime, as an operator uses it: `conveyor` commands, real workers.
+
+Each command runs in this process through the console script's entry (tests/e2e/conftest.py
+``run_cli``); the backfill killed midway is a process of its own, as only a process can be killed.
 
 What these prove is what operators rely on: a filtered redrive moves exactly what matches; a
 dry run changes nothing; a canary that fails again stops the rest; an interrupted redrive,
@@ -7,7 +10,6 @@ change is audited; bad input is one line and a specific exit code.
 """
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -27,7 +29,16 @@ from conveyor.ops.rate import RateLimiter
 from conveyor.ops.redrive import Redrive
 from conveyor.ops.target import Clients, local_target
 from conveyor.sdk.prepare import JobRequest
-from tests.e2e.conftest import JOBS, ROOT, TOPOLOGY_SPEC, InProcess, LocalAws, run_cli, wait_until
+from tests.e2e.conftest import (
+    JOBS,
+    TOPOLOGY_SPEC,
+    CliRun,
+    InProcess,
+    LocalAws,
+    child_environment,
+    run_cli,
+    wait_until,
+)
 from tests.fixtures.e2e_topology import QUEUE, TOPOLOGY, record_key
 
 # Long enough for a paused poller to have invoked anything it wrongly would: a long poll already
@@ -37,18 +48,18 @@ EXIT_ABORTED = 130
 STALE = timedelta(days=30)
 
 
-def cli(tmp_path: Path, *argv: str) -> "subprocess.CompletedProcess[str]":
+def cli(tmp_path: Path, *argv: str) -> CliRun:
     return run_cli(*argv, workdir=tmp_path / "cli")
 
 
 def cli_json(tmp_path: Path, *argv: str) -> Any:
     done = cli(tmp_path, *argv, "--json")
-    assert done.returncode == 0, f"conveyor {' '.join(argv)} exited {done.returncode}: {done.stderr}"
+    assert done.exit_code == 0, f"conveyor {' '.join(argv)} exited {done.exit_code}: {done.stderr}"
     return json.loads(done.stdout)
 
 
-def one_line_error(done: "subprocess.CompletedProcess[str]", exit_code: int) -> str:
-    assert done.returncode == exit_code, f"exit {done.returncode}, expected {exit_code}: {done.stderr}"
+def one_line_error(done: CliRun, exit_code: int) -> str:
+    assert done.exit_code == exit_code, f"exit {done.exit_code}, expected {exit_code}: {done.stderr}"
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, f"expected one line on stderr, got: {done.stderr}"
     assert "Traceback" not in done.stderr
@@ -102,7 +113,7 @@ def test_status_reports_every_field_per_queue(aws: LocalAws, runtime: InProcess,
     assert status["job_types"] == ["slow_charge", "always_fails", "record_effect", "comeback"]
     assert {"visible", "in_flight", "delayed", "oldest_age_s"} <= status.keys()
     table = cli(tmp_path, "status", QUEUE)
-    assert table.returncode == 0
+    assert table.exit_code == 0
     assert table.stdout.splitlines()[0].split()[:2] == ["QUEUE", "VISIBLE"]
 
 
@@ -166,7 +177,7 @@ def test_canary_that_fails_again_stops_the_rest(aws: LocalAws, runtime: InProces
     invalid = invalid_records(aws, 3)
     wait_for_dlq(aws, 3)
     done = cli(tmp_path, "dlq", "redrive", QUEUE, "--canary", "1", "--canary-timeout", "60s", "--json")
-    assert done.returncode == EXIT_INCOMPLETE, done.stderr
+    assert done.exit_code == EXIT_INCOMPLETE, done.stderr
     report = json.loads(done.stdout)
     assert report["redriven"] == 1
     assert report["canary"]["failed_again"] == report["canary"]["jobs"]
@@ -183,7 +194,7 @@ def test_canary_of_a_body_that_is_no_envelope_is_seen_failing_again(
         aws.send_raw(f"not json {index}")
     wait_for_dlq(aws, 2)
     done = cli(tmp_path, "dlq", "redrive", QUEUE, "--canary", "1", "--canary-timeout", "60s", "--json")
-    assert done.returncode == EXIT_INCOMPLETE, done.stderr
+    assert done.exit_code == EXIT_INCOMPLETE, done.stderr
     report = json.loads(done.stdout)
     assert report["stopped"] == "canary failed again"
     assert report["canary"]["failed_again"] == report["canary"]["jobs"]
@@ -290,7 +301,7 @@ def test_pause_stops_consumption_and_resume_restarts_it(aws: LocalAws, runtime: 
 
 
 def test_timed_pause_resumes_by_itself(aws: LocalAws, runtime: InProcess, tmp_path: Path) -> None:
-    paused = cli_json(tmp_path, "pause", QUEUE, "--reason", "short", "--for", "6s")
+    paused = cli_json(tmp_path, "pause", QUEUE, "--reason", "short", "--for", "3s")
     assert paused["paused"] is True
     assert paused["resume_at"] is not None
     wait_until(lambda: runtime.runtime.pollers[QUEUE].paused, "the poller stopped receiving")
@@ -326,7 +337,7 @@ def test_drain_that_times_out_says_what_is_still_in_flight(aws: LocalAws, runtim
     held = aws.sqs.receive_message(QueueUrl=aws.queue_url, WaitTimeSeconds=5, VisibilityTimeout=120)["Messages"]
     assert len(held) == 1
     done = cli(tmp_path, "drain", QUEUE, "--timeout", "3s", "--json")
-    assert done.returncode == EXIT_INCOMPLETE, done.stderr
+    assert done.exit_code == EXIT_INCOMPLETE, done.stderr
     assert (json.loads(done.stdout)["drained"], json.loads(done.stdout)["in_flight"]) == (False, 1)
     assert "still in flight" in done.stderr
     row = cli_json(tmp_path, "audit")[0]
@@ -395,8 +406,7 @@ def test_backfill_killed_midway_resumes_and_runs_every_line_once(
     source.write_text("".join(json.dumps({"name": name}) + "\n" for name in names))
     checkpoint = Path(f"{source}.checkpoint")
     command = [str(JOBS), "--topology", TOPOLOGY_SPEC, "backfill", "record_effect", "--from", str(source)]
-    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with subprocess.Popen([*command, "--rate", "10/s", "--json"], env=environment, cwd=tmp_path) as first:
+    with subprocess.Popen([*command, "--rate", "10/s", "--json"], env=child_environment(), cwd=tmp_path) as first:
         wait_until(
             lambda: checkpoint.exists() and json.loads(checkpoint.read_text())["lines_done"] >= BACKFILL_LINES // 3,
             "the first run checkpointed a third of the file",

@@ -80,7 +80,7 @@ def test_dead_letter_returned_by_each_redrive_path_snoozes_and_succeeds(
 
     if path == "conveyor-dlq-redrive":
         done = run_cli("dlq", "redrive", QUEUE, "--json", workdir=tmp_path / "cli")
-        assert done.returncode == 0, done.stderr
+        assert done.exit_code == 0, done.stderr
     else:
         task = move_task(aws, destination=arn(aws, aws.queue_url))
         assert (task["Status"], task["ApproximateNumberOfMessagesMoved"]) == ("COMPLETED", 1)

@@ -103,9 +103,17 @@ def _tail(result: "subprocess.CompletedProcess[str]") -> str:
 
 
 def _run(command: Sequence[str], *, cwd: Path, timeout_s: float) -> "subprocess.CompletedProcess[str]":
+    """``command`` without this process's PYTHONPATH: pip would take the checkout's conveyor on it as installed."""
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     try:
         return subprocess.run(
-            list(command), cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s
+            list(command),
+            cwd=cwd,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
     except subprocess.TimeoutExpired as error:
         output = (error.stderr or b"").decode(errors="replace") if isinstance(error.stderr, bytes) else error.stderr

@@ -1,10 +1,13 @@
 """One synth of the project's app per test session, with cdk-nag enforcing as in `make synth`.
 
 ``stream_synthesized`` is a second one, of a topology with stream rules on one of two tables,
-built only in sessions that ask for it.
+built only in sessions that ask for it. Under pytest-xdist the tests using each run on one worker
+(an xdist_group per synth), so each is still built once per run. With ``$CONVEYOR_CDK_OUT`` set
+(`make test` sets it), the project's synth is written there, for cfn-lint to lint afterwards.
 """
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,9 @@ from infra.app import build_app
 from tests.fixtures.stream_topology import TOPOLOGY as STREAM_TOPOLOGY
 
 TOPOLOGY_SPEC = "functions.topology:TOPOLOGY"
+CDK_OUT_ENV = "CONVEYOR_CDK_OUT"
+SYNTH_GROUP = "cdk-synth"
+SESSION_SYNTHS = {"synthesized", "stream_synthesized"}
 STREAM_TOPOLOGY_SPEC = "tests.fixtures.stream_topology:TOPOLOGY"
 
 
@@ -179,9 +185,25 @@ def synthesize(topology: Topology, spec: str, outdir: Path) -> Synthesized:
     return Synthesized(template=template, outdir=outdir, topology=topology)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of one synth share one worker, which synthesizes once; each synth has its own group.
+
+    A module that defines its own ``synthesized`` (a topology of its own, built once per module)
+    is a group of its own too.
+    """
+    for item in items:
+        if not isinstance(item, pytest.Function):
+            continue
+        for name in SESSION_SYNTHS & set(item.fixturenames):
+            owner = item.module.__name__ if name in vars(item.module) else "session"
+            item.add_marker(pytest.mark.xdist_group(f"{SYNTH_GROUP}:{owner}:{name}"))
+
+
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    return synthesize(TOPOLOGY, TOPOLOGY_SPEC, tmp_path_factory.mktemp("cdk.out"))
+    outdir = os.environ.get(CDK_OUT_ENV)
+    return synthesize(TOPOLOGY, TOPOLOGY_SPEC, Path(outdir) if outdir else tmp_path_factory.mktemp("cdk.out"))
 
 
 @pytest.fixture(scope="session")

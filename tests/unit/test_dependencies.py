@@ -64,7 +64,10 @@ SIDES: dict[str, tuple[str, ...]] = {
 # installed, its side's checks, which read installed distributions, are skipped.
 NOT_IN_DEV = {"bench": "`make bench` installs it (Makefile: $(BENCH_STAMP)); `make test` runs without Celery"}
 # Declared, and used without being imported.
-NOT_IMPORTED = {"tzdata": "zoneinfo reads its time zone data where the system has none"}
+NOT_IMPORTED = {
+    "tzdata": "zoneinfo reads its time zone data where the system has none",
+    "pytest-xdist": "a pytest plugin, loaded by the Makefile's `pytest -n auto`",
+}
 
 _REQUIREMENT = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[(?P<extras>[^\]]*)\])?\s*(?:==\s*(?P<version>[^\s;,]+))?$"

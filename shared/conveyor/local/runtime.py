@@ -34,7 +34,7 @@ from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.topology import Topology
 from conveyor.local.embedded import LOCAL_CREDENTIALS, REGION, LocalRuntimeError
 from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
-from conveyor.local.event_source import QueuePoller, StateReader
+from conveyor.local.event_source import CONTROL_POLL_S, QueuePoller, StateReader
 from conveyor.local.log_shipper import LogShipper
 from conveyor.local.provision import Provisioned, provision
 from conveyor.local.scheduler import LocalScheduler, ScheduleClock
@@ -83,8 +83,11 @@ class LocalRuntime:
         endpoint_url: str,
         observer: Observer = ignore,
         schedule_clock: ScheduleClock | None = None,
+        control_poll_s: float = CONTROL_POLL_S,
     ) -> None:
         self.topology = topology
+        # How often pause, resume and concurrency changes are read; shorter in tests that make them.
+        self._control_poll_s = control_poll_s
         self.endpoint_url = endpoint_url
         self._observer = observer
         # The scheduler emulator's clock; the wall clock unless a test or the demo sets it.
@@ -181,7 +184,9 @@ class LocalRuntime:
                 function_name=naming.worker_function_name(queue.name),
             )
             self.pollers[queue.name] = poller
-        self._states = StateReader(partial(event_sources.states, list(self.pollers)), self.pollers)
+        self._states = StateReader(
+            partial(event_sources.states, list(self.pollers)), self.pollers, period_s=self._control_poll_s
+        )
         self._states.start()  # first: a queue paused before the start must not receive even briefly
         for poller in self.pollers.values():
             poller.start()

@@ -170,13 +170,16 @@ def test_heartbeat_of_a_hung_job_lets_the_message_go_at_the_hold(slow: QueueDriv
 
 
 class ThrottledSqs:
-    """An SQS client whose every ChangeMessageVisibility is throttled."""
+    """An SQS client whose every ChangeMessageVisibility is throttled; ``retried`` is set at the second attempt."""
 
     def __init__(self) -> None:
         self.attempts = 0
+        self.retried = threading.Event()
 
     def change_message_visibility(self, **request: Any) -> None:
         self.attempts += 1
+        if self.attempts == 2:
+            self.retried.set()
         raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "ChangeMessageVisibility")
 
 
@@ -186,7 +189,8 @@ def test_failed_renewal_is_logged_and_the_heartbeat_carries_on(caplog: pytest.Lo
     with Heartbeats(sqs, queue_url="q", lease=LEASE).keep(
         receipt_handle="r", job_id="job-t", hold_until=time.monotonic() + FAR_AWAY_S
     ):
-        time.sleep(INTERVAL_S * 3)
+        # Leaving waits out the renewal in flight, so the second failure is logged when ``keep`` ends.
+        assert sqs.retried.wait(FAR_AWAY_S), "it stopped trying after a throttled renewal"
 
     assert sqs.attempts >= 2
     assert [r.getMessage() for r in caplog.records].count("could not extend a running job's visibility") >= 2
@@ -244,6 +248,7 @@ class BrokenOnceSqs(RecordingSqs):
     def change_message_visibility(self, **request: Any) -> None:
         if not self.handles:
             self.handles.append("broken")
+            self.called.set()
             raise RuntimeError("unexpected")
         super().change_message_visibility(**request)
 
@@ -255,9 +260,10 @@ def test_an_unexpected_renewal_error_is_logged_and_the_shared_thread_renews_on(
     heartbeats = Heartbeats(sqs, queue_url="q", lease=LEASE)
 
     with heartbeats.keep(receipt_handle="first", job_id="job-1", hold_until=time.monotonic() + FAR_AWAY_S):
-        wait_past_a_renewal()
+        assert sqs.called.wait(FAR_AWAY_S), "the first renewal was never tried"
+    sqs.called.clear()
     with heartbeats.keep(receipt_handle="second", job_id="job-2", hold_until=time.monotonic() + FAR_AWAY_S):
-        wait_past_a_renewal()
+        assert sqs.called.wait(FAR_AWAY_S), "the shared thread renewed nothing after the error"
 
     assert sqs.handles[0] == "broken"
     assert "second" in sqs.handles, "the next job's message was still renewed"
