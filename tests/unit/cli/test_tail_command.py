@@ -13,22 +13,12 @@ import boto3
 import pytest
 
 from conveyor.cli import tail_command
-from conveyor.cli.main import main
 from conveyor.contract import outputs
-from tests.fixtures.small_topology import TOPOLOGY
+from tests.cli_support import conveyor
+from tests.fixtures.small_topology import STACK_OUTPUTS, TOPOLOGY
 
 SMALL = "tests.fixtures.small_topology:TOPOLOGY"
 GROUP = "/aws/lambda/Conveyor-OnlyWorker-ABC"
-STACK_OUTPUTS = {
-    outputs.queue_output_key("only", outputs.QUEUE_URL): "https://sqs.example/only",
-    outputs.queue_output_key("only", outputs.DLQ_URL): "https://sqs.example/only-dlq",
-    outputs.queue_output_key("only", outputs.EVENT_SOURCE_MAPPING): "esm-uuid-1",
-    outputs.OPS_AUDIT_TABLE: "Conveyor-OpsAudit-ABC",
-    outputs.IDEMPOTENCY_TABLE: "Conveyor-Idempotency-DEF",
-    outputs.RESUME_SCHEDULE_GROUP: "acme-ops",
-    outputs.RESUME_SCHEDULE_ROLE: "arn:aws:iam::123456789012:role/resume",
-    outputs.PREFIX: "acme",
-}
 assert [queue.name for queue in TOPOLOGY.queues] == ["only"]
 
 
@@ -73,23 +63,11 @@ def pauses(monkeypatch: pytest.MonkeyPatch, *between: Callable[[], None]) -> lis
     return taken
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(["--topology", SMALL, *argv])
-        code = 0
-    except SystemExit as exited:
-        code = int(exited.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def test_tail_prints_job_events_as_they_come_and_ctrl_c_exits_130(
-    logs: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_tail_prints_job_events_as_they_come_and_ctrl_c_exits_130(logs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     log(logs, **job_event("job-before"))
     log(logs, message="the job's own line", queue="only", job_id="job-before")
     taken = pauses(monkeypatch, lambda: log(logs, **job_event("job-after", "retried")))
-    code, out, err = run(capsys, "tail", "--log-format", "json")
+    code, out, err = conveyor("--topology", SMALL, "tail", "--log-format", "json")
     assert code == 130
     assert err == ""
     assert [(record["job_id"], record["outcome"]) for record in map(json.loads, out.splitlines())] == [
@@ -99,23 +77,19 @@ def test_tail_prints_job_events_as_they_come_and_ctrl_c_exits_130(
     assert taken == [2.0, 2.0]
 
 
-def test_pretty_tail_is_one_line_per_event(
-    logs: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_pretty_tail_is_one_line_per_event(logs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     log(logs, **job_event("3f2a9c1e-0000"))
     pauses(monkeypatch)
-    code, out, _ = run(capsys, "tail", "--log-format", "pretty", "--job", "3f2a")
+    code, out, _ = conveyor("--topology", SMALL, "tail", "--log-format", "pretty", "--job", "3f2a")
     assert code == 130
     (line,) = out.splitlines()
     assert line.split()[1:5] == ["only", "ping", "3f2a9c1e", "succeeded"]
 
 
-def test_a_job_never_seen_is_waited_for_with_a_clear_message(
-    logs: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_job_never_seen_is_waited_for_with_a_clear_message(logs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     log(logs, **job_event("someone-else"))
     pauses(monkeypatch, lambda: None, lambda: log(logs, **job_event("abc123", "dead_lettered")))
-    code, out, err = run(capsys, "tail", "--job", "abc", "--log-format", "json")
+    code, out, err = conveyor("--topology", SMALL, "tail", "--job", "abc", "--log-format", "json")
     assert code == 130
     assert err == "conveyor: waiting for job abc... (Ctrl-C to stop)\n"  # once, however long it waits
     assert [json.loads(line)["job_id"] for line in out.splitlines()] == ["abc123"]
@@ -129,15 +103,15 @@ def test_a_job_never_seen_is_waited_for_with_a_clear_message(
         (["tail", "--type", "nothing"], 3, "unknown job type 'nothing'"),
     ],
 )
-def test_bad_options_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], code: int, message: str) -> None:
-    exit_code, out, err = run(capsys, *argv)
+def test_bad_options_are_one_line(argv: list[str], code: int, message: str) -> None:
+    exit_code, out, err = conveyor("--topology", SMALL, *argv)
     assert (exit_code, out) == (code, "")
     assert len(err.strip().splitlines()) == 1
     assert message in err
 
 
-def test_a_stack_without_log_group_outputs_says_to_deploy(empty_aws: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_stack_without_log_group_outputs_says_to_deploy(empty_aws: None) -> None:
     deploy(STACK_OUTPUTS)
-    code, out, err = run(capsys, "tail")
+    code, out, err = conveyor("--topology", SMALL, "tail")
     assert (code, out) == (3, "")
     assert err == f"conveyor: the stack has no {outputs.WORKER_LOG_GROUP} outputs; deploy this version of the stack\n"

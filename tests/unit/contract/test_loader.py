@@ -12,7 +12,7 @@ import pytest
 from conveyor.contract.errors import DeclarationError
 from conveyor.contract.loader import TOPOLOGY_ENV, load_topology, topology_spec, worker_requirements
 from functions.topology import TOPOLOGY
-from tests.unit.cli.test_cli import run
+from tests.cli_support import conveyor
 
 TOPOLOGY_MODULE = """
 from datetime import timedelta
@@ -100,8 +100,8 @@ def test_a_wrong_setting_fails_naming_what_it_found(elsewhere: Path, table: str,
     assert "\n" not in str(raised.value)
 
 
-def test_the_cli_says_so_in_one_line_and_exits_non_zero(elsewhere: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "topology")
+def test_the_cli_says_so_in_one_line_and_exits_non_zero(elsewhere: Path) -> None:
+    code, out, err = conveyor("topology")
     assert (code, out) == (1, "")
     assert err.startswith("conveyor: no topology set: pass --topology, set CONVEYOR_TOPOLOGY=")
     assert err.count("\n") == 1

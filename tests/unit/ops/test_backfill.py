@@ -26,8 +26,8 @@ from conveyor.sdk.jobs import Job, job
 from functions.jobs.send_welcome_email import send_welcome_email
 from functions.topology import TOPOLOGY
 from tests.aws import Aws
+from tests.cli_support import conveyor
 from tests.fixtures.small_topology import Ping
-from tests.unit.cli.test_cli import run
 from tests.unit.ops.test_rate import FakeClock
 
 WELCOME = send_welcome_email.name
@@ -344,13 +344,11 @@ def test_a_job_type_on_a_fifo_queue_is_refused(tmp_path: Path) -> None:
 # --- the command line --------------------------------------------------------------------------------------
 
 
-def test_jobs_backfill_prints_a_json_summary_and_a_rerun_says_already_complete(
-    aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_jobs_backfill_prints_a_json_summary_and_a_rerun_says_already_complete(aws: Aws, tmp_path: Path) -> None:
     lines = welcome_lines(3)
     path = write_lines(tmp_path / "users.jsonl", lines)
 
-    code, out, err = run(capsys, "backfill", WELCOME, "--from", str(path), "--rate", "100/s", "--json")
+    code, out, err = conveyor("backfill", WELCOME, "--from", str(path), "--rate", "100/s", "--json")
     assert (code, err) == (0, "")
     assert json.loads(out) == {
         "job_type": WELCOME,
@@ -364,17 +362,15 @@ def test_jobs_backfill_prints_a_json_summary_and_a_rerun_says_already_complete(
     assert {envelope.id for envelope in envelopes} == expected_ids(lines)
     assert {envelope.correlation.origin for envelope in envelopes} == {"conveyor backfill"}
 
-    code, out, _ = run(capsys, "backfill", WELCOME, "--from", str(path))
+    code, out, _ = conveyor("backfill", WELCOME, "--from", str(path))
     assert code == 0
     assert out.startswith(f"{path}: already complete, 3 {WELCOME} jobs")
     assert received(aws) == []
 
 
-def test_jobs_backfill_shows_progress_on_stderr_and_a_sentence_on_stdout(
-    aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_jobs_backfill_shows_progress_on_stderr_and_a_sentence_on_stdout(aws: Aws, tmp_path: Path) -> None:
     path = write_lines(tmp_path / "users.jsonl", welcome_lines(3))
-    code, out, err = run(capsys, "backfill", WELCOME, "--from", str(path))
+    code, out, err = conveyor("backfill", WELCOME, "--from", str(path))
     assert code == 0
     assert out.startswith(f"{path}: sent 3 {WELCOME} jobs (0 sent before); all 3 done")
     assert WELCOME in err
@@ -390,40 +386,36 @@ def test_jobs_backfill_shows_progress_on_stderr_and_a_sentence_on_stdout(
     ],
 )
 def test_jobs_backfill_refuses_bad_arguments_in_one_line(
-    aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, message: str
+    aws: Aws, tmp_path: Path, argv: list[str], code: int, message: str
 ) -> None:
     path = write_lines(tmp_path / "users.jsonl", welcome_lines(1))
     if "--from" not in argv:
         argv = [*argv, "--from", str(path)]
-    exit_code, out, err = run(capsys, *argv)
+    exit_code, out, err = conveyor(*argv)
     assert (exit_code, out) == (code, "")
     assert len(err.strip().splitlines()) == 1
     assert message in err
     assert received(aws) == []
 
 
-def test_jobs_backfill_refuses_a_bad_line_and_a_changed_file_with_exit_2(
-    aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_jobs_backfill_refuses_a_bad_line_and_a_changed_file_with_exit_2(aws: Aws, tmp_path: Path) -> None:
     path = write_lines(tmp_path / "users.jsonl", [*welcome_lines(1), "{}"])
-    code, _, err = run(capsys, "backfill", WELCOME, "--from", str(path))
+    code, _, err = conveyor("backfill", WELCOME, "--from", str(path))
     assert (code, err) == (2, "conveyor: line 2: user_id: Field required\n")
 
     write_lines(path, welcome_lines(2))
-    assert run(capsys, "backfill", WELCOME, "--from", str(path))[0] == 0
+    assert conveyor("backfill", WELCOME, "--from", str(path))[0] == 0
     write_lines(path, welcome_lines(2, first=5))
-    code, _, err = run(capsys, "backfill", WELCOME, "--from", str(path))
+    code, _, err = conveyor("backfill", WELCOME, "--from", str(path))
     assert code == 2
     assert err.startswith(f"conveyor: {path}: the first 2 lines changed since they were sent; pass --restart")
     assert len(err.splitlines()) == 1
-    code, out, _ = run(capsys, "backfill", WELCOME, "--from", str(path), "--restart", "--json")
+    code, out, _ = conveyor("backfill", WELCOME, "--from", str(path), "--restart", "--json")
     assert (code, json.loads(out)["sent"]) == (0, 2)
 
 
-def test_jobs_enqueue_takes_inline_json_and_prints_the_id_and_queue(
-    aws: Aws, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, out, _ = run(capsys, "enqueue", WELCOME, "--data", '{"user_id": "u-1"}', "--dedupe-key", "signup-1")
+def test_jobs_enqueue_takes_inline_json_and_prints_the_id_and_queue(aws: Aws) -> None:
+    code, out, _ = conveyor("enqueue", WELCOME, "--data", '{"user_id": "u-1"}', "--dedupe-key", "signup-1")
     (envelope,) = received(aws)
     assert code == 0
     assert envelope.id in out
@@ -433,20 +425,18 @@ def test_jobs_enqueue_takes_inline_json_and_prints_the_id_and_queue(
     assert envelope.correlation.origin == "conveyor enqueue"
 
 
-def test_jobs_enqueue_reads_data_from_a_file_and_prints_json(
-    aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_jobs_enqueue_reads_data_from_a_file_and_prints_json(aws: Aws, tmp_path: Path) -> None:
     data = tmp_path / "charge.json"
     data.write_text('{"order_id": "o-1", "amount_cents": 1250, "currency": "EUR"}\n')
-    code, out, _ = run(capsys, "enqueue", "charge_order", "--data", f"@{data}", "--json")
+    code, out, _ = conveyor("enqueue", "charge_order", "--data", f"@{data}", "--json")
     (envelope,) = received(aws, "critical")
     assert code == 0
     assert json.loads(out) == {"job_id": envelope.id, "job_type": "charge_order", "queue": "critical"}
     assert envelope.data == {"order_id": "o-1", "amount_cents": 1250, "currency": "EUR"}
 
 
-def test_jobs_enqueue_with_a_delay_holds_the_job_back(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, _ = run(capsys, "enqueue", WELCOME, "--data", '{"user_id": "u-1"}', "--delay", "90s")
+def test_jobs_enqueue_with_a_delay_holds_the_job_back(aws: Aws) -> None:
+    code, _, _ = conveyor("enqueue", WELCOME, "--data", '{"user_id": "u-1"}', "--delay", "90s")
     assert code == 0
     assert received(aws) == []
 
@@ -467,20 +457,16 @@ def test_jobs_enqueue_with_a_delay_holds_the_job_back(aws: Aws, capsys: pytest.C
         (["enqueue", WELCOME, "--data", '{"user_id": "u"}', "--dedupe-key", ""], 2, "'--dedupe-key': must not be"),
     ],
 )
-def test_jobs_enqueue_refuses_bad_input_in_one_line(
-    aws: Aws, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, message: str
-) -> None:
-    exit_code, out, err = run(capsys, *argv)
+def test_jobs_enqueue_refuses_bad_input_in_one_line(aws: Aws, argv: list[str], code: int, message: str) -> None:
+    exit_code, out, err = conveyor(*argv)
     assert (exit_code, out) == (code, "")
     assert len(err.strip().splitlines()) == 1
     assert message in err
     assert received(aws) == []
 
 
-def test_jobs_enqueue_to_a_queue_that_does_not_exist_is_not_found(
-    aws: Aws, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_jobs_enqueue_to_a_queue_that_does_not_exist_is_not_found(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONVEYOR_PREFIX", "elsewhere")
-    code, _, err = run(capsys, "enqueue", WELCOME, "--data", '{"user_id": "u-1"}')
+    code, _, err = conveyor("enqueue", WELCOME, "--data", '{"user_id": "u-1"}')
     assert code == 3
     assert err == "conveyor: queue elsewhere-default does not exist; deploy the stack, or start `conveyor local up`\n"

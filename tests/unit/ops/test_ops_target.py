@@ -9,19 +9,9 @@ from conveyor.contract import outputs
 from conveyor.local.provision import provision
 from conveyor.ops.event_sources import LambdaEventSources, LocalEventSources
 from conveyor.ops.target import Clients, TargetNotFoundError, local_target, stack_target
-from tests.fixtures.small_topology import TOPOLOGY
+from tests.fixtures.small_topology import STACK_OUTPUTS, TOPOLOGY
 
 STACK = "ConveyorTest"
-OUTPUTS = {
-    outputs.queue_output_key("only", outputs.QUEUE_URL): "https://sqs.example/only",
-    outputs.queue_output_key("only", outputs.DLQ_URL): "https://sqs.example/only-dlq",
-    outputs.queue_output_key("only", outputs.EVENT_SOURCE_MAPPING): "esm-uuid-1",
-    outputs.OPS_AUDIT_TABLE: "Conveyor-OpsAudit-ABC",
-    outputs.IDEMPOTENCY_TABLE: "Conveyor-Idempotency-DEF",
-    outputs.RESUME_SCHEDULE_GROUP: "acme-ops",
-    outputs.RESUME_SCHEDULE_ROLE: "arn:aws:iam::123456789012:role/resume",
-    outputs.PREFIX: "acme",
-}
 
 
 def _deploy(stack_outputs: dict[str, str]) -> None:
@@ -33,7 +23,7 @@ def _deploy(stack_outputs: dict[str, str]) -> None:
 
 
 def test_stack_outputs_name_every_resource(empty_aws: None) -> None:
-    _deploy(OUTPUTS)
+    _deploy(STACK_OUTPUTS)
     target = stack_target(TOPOLOGY, Clients(), STACK)
     only = target.queue("only")
     assert (only.url, only.dlq_url, only.fifo) == ("https://sqs.example/only", "https://sqs.example/only-dlq", False)
@@ -48,7 +38,7 @@ def test_stack_outputs_name_every_resource(empty_aws: None) -> None:
 def test_missing_stack_and_missing_output_say_which(empty_aws: None) -> None:
     with pytest.raises(TargetNotFoundError, match=f"stack '{STACK}' not found"):
         stack_target(TOPOLOGY, Clients(), STACK)
-    _deploy({key: value for key, value in OUTPUTS.items() if key != outputs.OPS_AUDIT_TABLE})
+    _deploy({key: value for key, value in STACK_OUTPUTS.items() if key != outputs.OPS_AUDIT_TABLE})
     with pytest.raises(TargetNotFoundError, match=f"no output {outputs.OPS_AUDIT_TABLE}"):
         stack_target(TOPOLOGY, Clients(), STACK)
 
