@@ -34,6 +34,9 @@ GLIBC_MINORS = range(34, 16, -1)
 # Lambda's architecture names -> the machine names in wheel platform tags.
 WHEEL_MACHINES = {"arm64": "aarch64", "x86_64": "x86_64"}
 _NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
+# The same, for a requirement the installed-versions constraint pins too (every one installed here):
+# pip calls it a conflict between the request and the constraint, then names what has no distribution.
+_NO_MATCH_CONSTRAINED = re.compile(r"no matching distributions available for your environment:\s*\n\s+(\S+)")
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,8 @@ def download(requirements: Sequence[str], wheelhouse: Path, platform: LambdaPlat
         ["download", "--dest", str(wheelhouse)],
         requirements,
         platform,
-        where="on the package index",
+        # pip says "no matching distribution" alike when the index has none and when it cannot be reached.
+        where="on the package index (or the index could not be reached)",
     )
 
 
@@ -131,7 +135,9 @@ def _pip(arguments: Sequence[str], requirements: Sequence[str], platform: Lambda
         )
     if result.returncode == 0:
         return
-    missing = _NO_MATCH.search(result.stderr)
+    # pip prints the resolver's explanation on stdout, its errors on stderr.
+    output = f"{result.stderr}\n{result.stdout}"
+    missing = _NO_MATCH.search(output) or _NO_MATCH_CONSTRAINED.search(output)
     if missing is not None:
         raise DeclarationError(
             f"worker bundle: no wheel of {missing[1]!r} for {platform.describe()} {where}; "

@@ -25,6 +25,7 @@ from conveyor.contract.errors import DeclarationError
 from conveyor.contract.loader import TOPOLOGY_ENV
 from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
 from conveyor.contract.settings import WorkerSettings
+from conveyor.local.embedded import free_port
 from functions.topology import TOPOLOGY
 from infra import lambda_wheels, worker_package
 from infra.app import build_app
@@ -427,8 +428,27 @@ def test_download_fetches_only_the_functions_wheels(tmp_path: Path, monkeypatch:
         lambda_wheels.download(["slow==2.0"], wheelhouse, worker_package.PLATFORM)
     assert str(raised.value).startswith(
         "worker bundle: no wheel of 'slow==2.0' for CPython 3.14 on manylinux_2_34_aarch64 .. manylinux2014_aarch64 "
-        "on the package index; "
+        "on the package index (or the index could not be reached); "
     )
+
+
+def test_download_from_an_index_that_cannot_be_reached_is_one_line_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make setup` offline: pip's retries end in one line that names the requirement and the unreachable index."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for local_source in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL"):
+        monkeypatch.delenv(local_source, raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{free_port()}/simple")  # nothing listens there
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
+    with pytest.raises(DeclarationError) as raised:
+        lambda_wheels.download(["croniter==7.0.0"], tmp_path / "wheelhouse", worker_package.PLATFORM)
+    message = str(raised.value)
+    # croniter is installed here, so the installed-versions constraint pins it too: pip words that differently.
+    assert message.startswith("worker bundle: no wheel of 'croniter' for CPython 3.14 on ")
+    assert "(or the index could not be reached)" in message
+    assert "\n" not in message
 
 
 def test_the_wheels_are_chosen_for_the_functions_runtime_and_architecture() -> None:
