@@ -42,6 +42,7 @@ from conveyor.local.runtime import embedded_environment
 from conveyor.local.scheduler import LocalScheduler
 from conveyor.ops.dlq_entries import DlqEntry
 from conveyor.ops.dlq_scan import read_entries
+from conveyor.ops.status import queue_counts
 from conveyor.sdk.client import JobClient
 from conveyor.sdk.client_context import using_client
 from conveyor.testing import sent
@@ -204,20 +205,8 @@ class Jobs:
 
     def _pending(self) -> dict[str, dict[str, int]]:
         """Per queue with messages left: how many are visible, in flight and delayed."""
-        names = {
-            "visible": "ApproximateNumberOfMessages",
-            "in flight": "ApproximateNumberOfMessagesNotVisible",
-            "delayed": "ApproximateNumberOfMessagesDelayed",
-        }
-        pending = {}
-        for worker in self._workers:
-            attributes = self._sqs.get_queue_attributes(
-                QueueUrl=worker.provisioned.url, AttributeNames=list(names.values())
-            )["Attributes"]
-            counts = {label: int(attributes[name]) for label, name in names.items()}
-            if any(counts.values()):
-                pending[worker.declaration.name] = counts
-        return pending
+        counts = {worker.declaration.name: queue_counts(self._sqs, worker.provisioned.url) for worker in self._workers}
+        return {queue: left for queue, left in counts.items() if any(left.values())}
 
     @staticmethod
     def _describe(delivered: int, pending: dict[str, dict[str, int]], outcomes: list[JobOutcome]) -> str:

@@ -89,6 +89,6 @@ class QueueWorker:
                 declaration=self.declaration,
                 provisioned=self.provisioned,
                 sqs=self._sqs,
-                function_name=f"{naming.queue_name(self.declaration.name)}-worker",
+                function_name=naming.worker_function_name(self.declaration.name),
             )
         return len(batch)
