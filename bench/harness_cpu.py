@@ -68,6 +68,7 @@ SETTINGS = WorkerSettings(
     checkpoints_table="bench-checkpoints",
     schedule_runs_table="bench-schedule-runs",
     leases_table="bench-leases",
+    limits_table="bench-limits",
 )
 # The job each side runs, by job type: the same function the bench job types call.
 JOBS: Mapping[str, Callable[[Any], None]] = {bench_noop.name: do_nothing, bench_failing.name: fail}

@@ -18,6 +18,7 @@ from constructs import Construct
 from conveyor.contract import limits, naming
 from conveyor.contract.declarations import Queue
 from conveyor.contract.settings import WorkerSettings
+from conveyor.worker.destinations import state as limits_state
 from infra.worker_package import ARCHITECTURE, HANDLER, RUNTIME, WorkerPackage
 
 # Longer than any source queue's retention (declarations keep those under 14 days),
@@ -56,12 +57,14 @@ class WorkerTables:
     checkpoints: dynamodb.ITable
     schedule_runs: dynamodb.ITable
     leases: dynamodb.ITable
+    limits: dynamodb.ITable
 
     def grant_to(self, grantee: iam.IGrantable) -> None:
         self.idempotency.grant(grantee, *IDEMPOTENCY_ACTIONS)
         self.checkpoints.grant(grantee, *CHECKPOINT_ACTIONS)
         self.schedule_runs.grant(grantee, *SCHEDULE_RUN_ACTIONS)
         self.leases.grant(grantee, *LEASE_ACTIONS)
+        self.limits.grant(grantee, *limits_state.WORKER_ACTIONS)
 
 
 class JobQueue(Construct):
@@ -146,6 +149,7 @@ class JobQueue(Construct):
                 checkpoints_table=tables.checkpoints.table_name,
                 schedule_runs_table=tables.schedule_runs.table_name,
                 leases_table=tables.leases.table_name,
+                limits_table=tables.limits.table_name,
             ).to_environment(),
         )
         # The harness dead-letters with a reason by sending to the DLQ itself, and re-sends

@@ -9,6 +9,7 @@ from conveyor.contract import outputs
 from conveyor.contract.relay_settings import OUTBOX_SOURCE
 from conveyor.contract.topology import Topology
 from conveyor.worker import checkpoints, lease, schedule_runs
+from conveyor.worker.destinations import state as limits_state
 from infra.alarm_topic import AlarmTopic
 from infra.checkpoints_table import WorkerStateTable
 from infra.dashboard import JobsDashboard
@@ -53,6 +54,7 @@ class ConveyorStack(Stack):
             ).table,
             # No TTL: deleting a lease item would restart its fencing token (conveyor.worker.lease).
             leases=WorkerStateTable(self, "Leases", key=lease.KEY, ttl_attribute=None).table,
+            limits=WorkerStateTable(self, "Limits", key=limits_state.KEY, ttl_attribute=limits_state.EXPIRES_AT).table,
         )
         package = WorkerPackage(
             self, "WorkerPackage", powertools_layer_version=powertools_layer_version, topology_spec=topology_spec
@@ -136,6 +138,7 @@ class ConveyorStack(Stack):
         CfnOutput(self, outputs.OPERATOR_POLICY, value=operations.operator_policy.managed_policy_arn)
         CfnOutput(self, outputs.SCHEDULE_RUNS_TABLE, value=worker_tables.schedule_runs.table_name)
         CfnOutput(self, outputs.LEASES_TABLE, value=worker_tables.leases.table_name)
+        CfnOutput(self, outputs.LIMITS_TABLE, value=worker_tables.limits.table_name)
         if self.schedules is not None:
             CfnOutput(self, outputs.SCHEDULE_GROUP, value=self.schedules.group.schedule_group_name)
             CfnOutput(self, outputs.SCHEDULES_DLQ_URL, value=self.schedules.dlq.queue_url)

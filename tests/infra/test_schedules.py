@@ -253,6 +253,7 @@ def test_the_alarm_watches_exactly_what_the_worker_writes_on_lambda(
         checkpoints_table="c",
         schedule_runs_table="r",
         leases_table="l",
+        limits_table="lim",
     )
     for name, value in settings.to_environment().items():
         monkeypatch.setenv(name, value)

@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from conveyor.contract import limits, naming
+from conveyor.contract.destinations import check_retry_budget
 from conveyor.contract.durations import format_duration
 from conveyor.contract.envelope import summarize_validation_error
 from conveyor.contract.errors import ContractError, require
@@ -88,7 +89,10 @@ class Queue:
     and the queue's age alarm fires when it does. ``latency_objective`` bounds p99 enqueue-to-
     done per job type (default: the age objective plus the function timeout), and
     ``max_retry_rate`` the share of runs that may fail and retry. ``reserved_concurrency``
-    guarantees the worker capacity no other function in the account can take.
+    guarantees the worker capacity no other function in the account can take. ``retry_budget``
+    enforces a retry rate: retries over that share of first attempts in ``budget_window`` are
+    dead-lettered with reason ``retry_budget_exhausted`` instead of adding load (the destination's
+    own budget, conveyor.contract.destinations, does the same per service called).
     """
 
     name: str
@@ -104,9 +108,17 @@ class Queue:
     visibility_timeout: timedelta | None = None
     latency_objective: timedelta | None = None
     max_retry_rate: float = 0.1
+    retry_budget: float | None = None
+    budget_window: timedelta = timedelta(minutes=5)
 
     def __post_init__(self) -> None:
         where = f"queue {self.name!r}"
+        check_retry_budget(self.retry_budget, where)
+        require(
+            timedelta(minutes=1) <= self.budget_window <= timedelta(hours=1),
+            where,
+            f"budget_window must be between 1min and 1h, got {format_duration(self.budget_window)}",
+        )
         require(self.name not in naming.OWN_QUEUES, where, "the name is reserved for one of Conveyor's own queues")
         require(
             0 < self.max_retry_rate < 1, where, f"max_retry_rate must lie between 0 and 1, got {self.max_retry_rate}"
@@ -280,6 +292,9 @@ class JobType(Generic[P]):
     producer still runs. ``idempotency_key`` is a template on payload fields such as
     ``"{order_id}#charge_v1"``; without it the envelope's ``dedupe_key``, else its ``id``, is
     the key. ``retry_on`` and ``permanent_on`` classify the job's own exception types.
+    ``destinations`` names the declared destinations the handler calls: the harness takes their
+    tokens and slots before it runs and snoozes the job when one is not available, so a job
+    never half-runs because its second call is limited.
     """
 
     name: str
@@ -294,9 +309,16 @@ class JobType(Generic[P]):
     retry_on: tuple[type[BaseException], ...] = ()
     permanent_on: tuple[type[BaseException], ...] = ()
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    destinations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"job type {self.name!r}"
+        require(
+            isinstance(self.destinations, tuple) and all(isinstance(name, str) for name in self.destinations),
+            where,
+            f"destinations must be a tuple of destination names, got {self.destinations!r}",
+        )
+        require(len(set(self.destinations)) == len(self.destinations), where, "destinations names one twice")
         require(
             bool(JOB_NAME_PATTERN.match(self.name)),
             where,

@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 
-from conveyor.contract.reasons import Reason
+from conveyor.contract.reasons import Reason, SnoozeReason
 
 
 class ConveyorError(Exception):
@@ -41,6 +41,20 @@ class Snooze(ConveyorError):  # noqa: N818 - a request, not an error
     def __init__(self, delay: timedelta) -> None:
         super().__init__(f"snoozed for {delay.total_seconds():g}s")
         self.delay = delay
+
+
+class Throttled(Snooze):
+    """A destination cannot take the call now (no token, no slot, breaker open): run the job again after ``delay``.
+
+    Raised by ``ctx.limit`` and ``ctx.call`` (and by the harness for a job type's declared destinations),
+    never spending an attempt; ``reason`` says which limit, ``destination`` which service.
+    """
+
+    def __init__(self, reason: SnoozeReason, destination: str, delay: timedelta) -> None:
+        super().__init__(delay)
+        self.args = (f"{destination}: {reason.value}, snoozed for {delay.total_seconds():g}s",)
+        self.reason = reason
+        self.destination = destination
 
 
 class Continued(ConveyorError):  # noqa: N818 - a hand-off, not an error

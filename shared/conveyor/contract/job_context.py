@@ -1,14 +1,17 @@
 """What a job's handler is told about the run it is in, and how a long job keeps its progress."""
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from aws_lambda_powertools import Logger
 
 from conveyor.contract.envelope import Correlation
+
+T = TypeVar("T")
 
 
 class Resumable(Protocol):
@@ -19,6 +22,25 @@ class Resumable(Protocol):
     def checkpoint(self, state: Mapping[str, Any]) -> None: ...
 
     def continue_later(self, state: Mapping[str, Any]) -> NoReturn: ...
+
+
+class Guard(Protocol):
+    """The shared limits of declared destinations (conveyor.worker.destinations.JobGuard in the worker)."""
+
+    def limit(self, destination: str, *, key: str | None = None) -> AbstractContextManager[None]: ...
+
+    def call(self, destination: str, fn: Callable[[], T], *, key: str | None = None) -> T: ...
+
+
+class Unguarded:
+    """No limits: the guard of a context built outside the harness, as a unit test of a handler builds one."""
+
+    @contextmanager
+    def limit(self, destination: str, *, key: str | None = None) -> Iterator[None]:
+        yield
+
+    def call(self, destination: str, fn: Callable[[], T], *, key: str | None = None) -> T:
+        return fn()
 
 
 @dataclass(frozen=True)
@@ -35,6 +57,7 @@ class JobContext:
     logger: Logger
     deadline_monotonic: float
     progress: Resumable = field(repr=False)
+    guard: Guard = field(default_factory=Unguarded, repr=False)
 
     def remaining_time(self) -> timedelta:
         """Time left before the job's own timeout (or the invocation's end, if sooner)."""
@@ -61,3 +84,17 @@ class JobContext:
         success (it raises ``Continued``, which the harness catches: let it propagate).
         """
         self.progress.continue_later(state)
+
+    def limit(self, destination: str, *, key: str | None = None) -> AbstractContextManager[None]:
+        """Hold a token and a slot of ``destination`` for the block: ``with ctx.limit("payments"): ...``.
+
+        Waits at most the destination's ``max_wait``; beyond it, or while its breaker is open, it
+        raises ``Throttled`` and the harness snoozes the job without spending an attempt. ``key``
+        defaults to the payload field a per-key rate limit names. A failure raised in the block
+        counts against the breaker and the retry budget as ``call`` does.
+        """
+        return self.guard.limit(destination, key=key)
+
+    def call(self, destination: str, fn: Callable[[], T], *, key: str | None = None) -> T:
+        """``fn()`` under ``destination``'s limits and breaker (``limit`` around one call), returning its result."""
+        return self.guard.call(destination, fn, key=key)

@@ -49,6 +49,8 @@ LOCAL_EVENT_SOURCES_TABLE = "local-event-sources"
 LEASES_TABLE = "leases"
 CHECKPOINTS_TABLE = "checkpoints"
 SCHEDULE_RUNS_TABLE = "schedule-runs"
+# The destinations' shared state: rate buckets, concurrency slots, breakers, retry budgets.
+LIMITS_TABLE = "limits"
 OWN_TABLES = frozenset(
     {
         IDEMPOTENCY_TABLE,
@@ -58,6 +60,7 @@ OWN_TABLES = frozenset(
         LEASES_TABLE,
         CHECKPOINTS_TABLE,
         SCHEDULE_RUNS_TABLE,
+        LIMITS_TABLE,
     }
 )
 # The relay's and the schedules' DLQs are "<prefix>-relay-dlq" and "<prefix>-schedules-dlq",

@@ -32,6 +32,8 @@ SCHEDULE_GROUP = "ScheduleGroup"
 SCHEDULES_DLQ_URL = "SchedulesDlqUrl"
 SCHEDULE_RUNS_TABLE = "ScheduleRunsTable"
 LEASES_TABLE = "LeasesTable"
+# The destinations' shared limits (conveyor.worker.destinations.state), read and overridden by `conveyor limits`.
+LIMITS_TABLE = "LimitsTable"
 
 
 def queue_output_key(queue_name: str, resource: str) -> str:

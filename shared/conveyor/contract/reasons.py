@@ -15,6 +15,8 @@ class Reason(StrEnum):
     PERMANENT_ERROR = "permanent_error"
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
     DEADLINE_EXCEEDED = "deadline_exceeded"
+    # A transient failure when retries of its queue or destination are over their declared budget.
+    RETRY_BUDGET_EXHAUSTED = "retry_budget_exhausted"
     # Why the stream relay dead-lettered a record (the relay DLQ holds the whole record).
     INVALID_OUTBOX_ITEM = "invalid_outbox_item"
     UNKNOWN_QUEUE = "unknown_queue"
@@ -26,3 +28,12 @@ class Reason(StrEnum):
 RELAY_ONLY = frozenset(
     {Reason.INVALID_OUTBOX_ITEM, Reason.UNKNOWN_QUEUE, Reason.WRONG_QUEUE, Reason.STREAM_RULE_FAILED}
 )
+
+
+class SnoozeReason(StrEnum):
+    """Why a job was sent back to its queue without spending an attempt."""
+
+    RATE_LIMITED = "rate_limited"
+    CONCURRENCY_LIMITED = "concurrency_limited"
+    BREAKER_OPEN = "breaker_open"
+    RETRY_BUDGET_EXHAUSTED = "retry_budget_exhausted"

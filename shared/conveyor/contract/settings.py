@@ -20,6 +20,7 @@ _ENV_NAMES = {
     "checkpoints_table": "CONVEYOR_CHECKPOINTS_TABLE",
     "schedule_runs_table": "CONVEYOR_SCHEDULE_RUNS_TABLE",
     "leases_table": "CONVEYOR_LEASES_TABLE",
+    "limits_table": "CONVEYOR_LIMITS_TABLE",
 }
 
 
@@ -32,6 +33,7 @@ class WorkerSettings:
     checkpoints_table: str
     schedule_runs_table: str
     leases_table: str
+    limits_table: str
 
     def to_environment(self) -> dict[str, str]:
         environment = {_ENV_NAMES[f.name]: getattr(self, f.name) for f in fields(self)}

@@ -10,6 +10,7 @@ from typing import Any
 
 from conveyor.contract import limits
 from conveyor.contract.declarations import REDRIVE_BACKSTOP_MARGIN, JobType, Queue, RetryPolicy, StreamRule, Table
+from conveyor.contract.destinations import Destination
 from conveyor.contract.durations import format_duration
 from conveyor.contract.errors import ContractError, DeclarationError, require
 from conveyor.contract.reasons import Reason
@@ -25,6 +26,7 @@ class Topology:
     tables: tuple[Table, ...] = ()
     stream_rules: tuple[StreamRule, ...] = ()
     schedules: tuple[Schedule, ...] = ()
+    destinations: tuple[Destination, ...] = ()
 
     def __post_init__(self) -> None:
         require(bool(self.queues), "topology", "declare at least one queue")
@@ -54,6 +56,26 @@ class Topology:
 
         self._check_stream_rules()
         self._check_schedules()
+        self._check_destinations()
+
+    def _check_destinations(self) -> None:
+        _reject_duplicates("destination", (d.name for d in self.destinations))
+        declared = {d.name: d for d in self.destinations}
+        for job in self.job_types:
+            where = f"job type {job.name!r}"
+            for name in job.destinations:
+                destination = declared.get(name)
+                if destination is None:
+                    raise DeclarationError(
+                        f"{where}: calls destination {name!r}, which is not declared "
+                        f"(declared: {', '.join(sorted(declared)) or 'none'})"
+                    )
+                key = destination.rate.key if destination.rate else None
+                require(
+                    key is None or key in job.model.model_fields,
+                    where,
+                    f"destination {name!r} limits per {key!r}, which is not a field of {job.model.__name__}",
+                )
 
     def _check_schedules(self) -> None:
         _reject_duplicates("schedule", (s.name for s in self.schedules))
@@ -112,6 +134,13 @@ class Topology:
             if job_type.name == name:
                 return job_type
         raise ContractError(Reason.UNKNOWN_TYPE, f"unknown job type {name!r}")
+
+    def destination(self, name: str) -> Destination:
+        for destination in self.destinations:
+            if destination.name == name:
+                return destination
+        declared = ", ".join(sorted(d.name for d in self.destinations)) or "none"
+        raise DeclarationError(f"destination {name!r} is not declared (declared: {declared})")
 
     def job_types_on(self, queue_name: str) -> tuple[JobType[Any], ...]:
         return tuple(job for job in self.job_types if job.queue == queue_name)

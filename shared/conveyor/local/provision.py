@@ -19,6 +19,7 @@ from conveyor.sdk.outbox import EXPIRES_AT as OUTBOX_TTL
 from conveyor.sdk.outbox import KEY as OUTBOX_KEY
 from conveyor.sdk.outbox import OUTBOX_TABLE_ENV
 from conveyor.worker import checkpoints, lease, schedule_runs
+from conveyor.worker.destinations import state as limits_state
 from conveyor.worker.idempotency import RECORD_KEY, RECORD_TTL
 
 
@@ -39,6 +40,7 @@ class Provisioned:
     checkpoints_table: str
     schedule_runs_table: str
     leases_table: str
+    limits_table: str
     tables: dict[str, str]
     audit_table: str
     event_sources_table: str
@@ -57,6 +59,7 @@ class Provisioned:
             checkpoints_table=self.checkpoints_table,
             schedule_runs_table=self.schedule_runs_table,
             leases_table=self.leases_table,
+            limits_table=self.limits_table,
         )
 
     def table_environment(self) -> dict[str, str]:
@@ -137,6 +140,8 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
     # No TTL on leases: deleting an item would restart its fencing token (conveyor.worker.lease).
     leases_table = naming.table_name(naming.LEASES_TABLE, prefix=prefix)
     _create_table(dynamodb, leases_table, key=lease.KEY, ttl_attribute=None)
+    limits_table = naming.table_name(naming.LIMITS_TABLE, prefix=prefix)
+    _create_table(dynamodb, limits_table, key=limits_state.KEY, ttl_attribute=limits_state.EXPIRES_AT)
     tables = {}
     streamed = {table.name for table in topology.streamed_tables()}
     streams = {}
@@ -168,6 +173,7 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
         checkpoints_table=checkpoints_table,
         schedule_runs_table=schedule_runs_table,
         leases_table=leases_table,
+        limits_table=limits_table,
         tables=tables,
         audit_table=audit,
         event_sources_table=event_sources,

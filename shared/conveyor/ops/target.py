@@ -63,6 +63,7 @@ class Target:
     queues: dict[str, QueueTarget]
     audit_table: str
     idempotency_table: str
+    limits_table: str
     event_sources: EventSources
     clients: Clients
 
@@ -116,6 +117,7 @@ def local_target(topology: Topology, clients: Clients) -> Target:
         queues=queues,
         audit_table=naming.table_name(naming.AUDIT_TABLE),
         idempotency_table=naming.table_name(naming.IDEMPOTENCY_TABLE),
+        limits_table=naming.table_name(naming.LIMITS_TABLE),
         event_sources=LocalEventSources(clients("dynamodb"), naming.table_name(naming.LOCAL_EVENT_SOURCES_TABLE)),
         clients=clients,
     )
@@ -160,6 +162,7 @@ def stack_target(topology: Topology, clients: Clients, stack_name: str) -> Targe
         queues=queues,
         audit_table=output(outputs.OPS_AUDIT_TABLE),
         idempotency_table=output(outputs.IDEMPOTENCY_TABLE),
+        limits_table=output(outputs.LIMITS_TABLE),
         event_sources=LambdaEventSources(
             clients("lambda"), clients("scheduler"), mappings=mappings, schedules=schedules
         ),

@@ -99,6 +99,7 @@ def job(
     retry_on: tuple[type[BaseException], ...] = (),
     permanent_on: tuple[type[BaseException], ...] = (),
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    destinations: tuple[str, ...] = (),
 ) -> Callable[[Handler[P]], Job[P]]:
     """Declare a job type around its handler: ``@job(queue="critical") def charge_order(payload: ChargeOrder, ctx)``.
 
@@ -125,6 +126,7 @@ def job(
             retry_on=retry_on,
             permanent_on=permanent_on,
             max_payload_bytes=max_payload_bytes,
+            destinations=destinations,
         )
 
     return declare

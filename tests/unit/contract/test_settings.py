@@ -12,6 +12,7 @@ def test_settings_survive_the_trip_through_the_environment() -> None:
         checkpoints_table="c",
         schedule_runs_table="r",
         leases_table="l",
+        limits_table="lim",
     )
     environment = settings.to_environment()
     assert WorkerSettings.from_environment(environment) == settings

@@ -1,0 +1,47 @@
+"""The limits table: where every worker keeps the shared state of the declared destinations.
+
+One DynamoDB table, keyed on the string ``pk``; each kind of state is its own item, so a busy
+destination's rate bucket never contends with its breaker:
+
+- ``rate#<destination>`` (``rate#<destination>#<key value>`` for a per-key limit): the rate
+  bucket's theoretical arrival time (conveyor.worker.destinations.rate), and an operator's rate override;
+- ``slots#<destination>``: the concurrency slots in use, holder -> expiry (.slots);
+- ``breaker#<destination>``: the breaker's state, failures in its window and probes (.breaker);
+- ``budget#<scope>#<window start>``: first attempts and retries in one budget window (.budget),
+  where the scope is ``queue:<name>`` or ``destination:<name>``.
+
+Items that only matter for a while (per-key buckets of idle tenants, old budget windows) carry
+``expires_at`` in whole epoch seconds, the table's TTL attribute. Times inside items are epoch
+seconds as DynamoDB numbers, compared in conditions against the caller's clock: the clock skew
+between workers must stay well under the shortest interval a limit declares.
+"""
+
+KEY = "pk"
+EXPIRES_AT = "expires_at"
+# What the worker's modules call: conditional updates (never a put: an item keeps its counters and an
+# operator's override) and a consistent read where a condition failure did not return the item.
+WORKER_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem")
+
+
+def rate_key(destination: str, key_value: str | None = None) -> str:
+    return f"rate#{destination}" if key_value is None else f"rate#{destination}#{key_value}"
+
+
+def slots_key(destination: str) -> str:
+    return f"slots#{destination}"
+
+
+def breaker_key(destination: str) -> str:
+    return f"breaker#{destination}"
+
+
+def budget_key(scope: str, window_start: int) -> str:
+    return f"budget#{scope}#{window_start}"
+
+
+def queue_scope(queue: str) -> str:
+    return f"queue:{queue}"
+
+
+def destination_scope(destination: str) -> str:
+    return f"destination:{destination}"
