@@ -6,11 +6,15 @@ capacity and a tight age objective, so a flood of `bulk` work can never delay a 
 `orders` rows with status NEW are charged through a stream rule (functions/orders.py). Two
 schedules run periodic work: a nightly report on the Kyiv clock that catches up at most two
 missed nights, and an account sweep split into four shards that skips what it missed.
+The three providers the jobs call are destinations whose limits every worker shares: the
+payment gateway's per-currency rate and its breaker, the email provider's rate, and a cap on
+concurrent webhook deliveries (docs/limits.md).
 """
 
 from datetime import timedelta
 
 from conveyor.contract.declarations import Queue
+from conveyor.contract.destinations import Breaker, Destination, RateLimit
 from conveyor.contract.discovery import discover_jobs
 from conveyor.contract.schedules import Schedule, catch_up
 from conveyor.contract.topology import Topology
@@ -33,6 +37,22 @@ SWEEP_ACCOUNTS = Schedule(
     job=sweep_accounts.name,
     flexible_window=timedelta(minutes=30),
     shards=4,
+)
+
+DESTINATIONS = (
+    Destination(
+        "payments",
+        rate=RateLimit(50, per=timedelta(seconds=1), burst=10, key="currency"),
+        concurrency=20,
+        breaker=Breaker(failures=5, window=timedelta(minutes=1), cool_down=timedelta(seconds=30)),
+        retry_budget=0.2,
+    ),
+    Destination("email", rate=RateLimit(100, per=timedelta(seconds=1), burst=20)),
+    Destination(
+        "webhooks",
+        concurrency=5,
+        breaker=Breaker(failures=20, window=timedelta(minutes=1), cool_down=timedelta(seconds=30)),
+    ),
 )
 
 TOPOLOGY = Topology(
@@ -59,4 +79,5 @@ TOPOLOGY = Topology(
     tables=(EFFECTS_TABLE, ORDERS_TABLE),
     stream_rules=(CHARGE_NEW_ORDERS,),
     schedules=(NIGHTLY_REPORT, SWEEP_ACCOUNTS),
+    destinations=DESTINATIONS,
 )

@@ -8,7 +8,9 @@ destination's rate bucket never contends with its breaker:
 - ``slots#<destination>``: the concurrency slots in use, holder -> expiry (.slots);
 - ``breaker#<destination>``: the breaker's state, failures in its window and probes (.breaker);
 - ``budget#<scope>#<window start>``: first attempts and retries in one budget window (.budget),
-  where the scope is ``queue:<name>`` or ``destination:<name>``.
+  where the scope is ``queue:<name>`` or ``destination:<name>``;
+- ``override#<destination>``: an operator's ``conveyor limits set`` (rate, burst, concurrency),
+  which workers read at most every OVERRIDE_REFRESH and apply instead of the declaration.
 
 Items that only matter for a while (per-key buckets of idle tenants, old budget windows) carry
 ``expires_at`` in whole epoch seconds, the table's TTL attribute. Times inside items are epoch
@@ -18,6 +20,37 @@ between workers must stay well under the shortest interval a limit declares.
 
 KEY = "pk"
 EXPIRES_AT = "expires_at"
+
+# rate#: the bucket's theoretical arrival time (GCRA), epoch seconds.
+TAT = "tat"
+# slots#: holder id -> the epoch second its slot expires.
+HOLDERS = "holders"
+# breaker#: its state (a BreakerState value), until when it is open, when it opened, the failures
+# (and calls) counted in the window that started at window_start, the half-open probes handed out,
+# ``forced`` = "open" while an operator holds it open, and the last transition's reason and author.
+STATE = "state"
+OPEN_UNTIL = "open_until"
+OPENED_AT = "opened_at"
+FAILURES = "failures"
+CALLS = "calls"
+WINDOW_START = "window_start"
+PROBES = "probes"
+FORCED = "forced"
+REASON = "reason"
+CHANGED_BY = "changed_by"
+CHANGED_AT = "changed_at"
+# budget#: first attempts and retries counted in the window.
+FIRST = "first"
+RETRIES = "retries"
+# override#: what `conveyor limits set` changed (absent attributes keep the declaration), and who.
+RATE = "rate"
+PER_S = "per_s"
+BURST = "burst"
+CONCURRENCY = "concurrency"
+SET_BY = "set_by"
+SET_AT = "set_at"
+# How stale a worker's copy of an override may be: one read per destination per worker this often.
+OVERRIDE_REFRESH_S = 5.0
 # What the worker's modules call: conditional updates (never a put: an item keeps its counters and an
 # operator's override) and a consistent read where a condition failure did not return the item.
 WORKER_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem")
@@ -33,6 +66,10 @@ def slots_key(destination: str) -> str:
 
 def breaker_key(destination: str) -> str:
     return f"breaker#{destination}"
+
+
+def override_key(destination: str) -> str:
+    return f"override#{destination}"
 
 
 def budget_key(scope: str, window_start: int) -> str:
