@@ -24,7 +24,15 @@ class PermanentError(ConveyorError):
 
 
 class RetryableError(ConveyorError):
-    """Raised by a job for a failure worth retrying with backoff (a 5xx, a timeout)."""
+    """Raised by a job for a failure worth retrying with backoff (a 5xx, a timeout).
+
+    ``retry_after`` is the service's own word on when to come back (an HTTP ``Retry-After``):
+    the harness waits at least that long, and never less than its jittered backoff.
+    """
+
+    def __init__(self, *args: object, retry_after: timedelta | None = None) -> None:
+        super().__init__(*args)
+        self.retry_after = retry_after
 
 
 class JobTimeoutError(RetryableError):
