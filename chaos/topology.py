@@ -57,6 +57,7 @@ TOPOLOGY = Topology(
     job_types=tuple(_job_type(job_type) for job_type in APP_TOPOLOGY.job_types),
     tables=APP_TOPOLOGY.tables,
     stream_rules=APP_TOPOLOGY.stream_rules,
+    destinations=APP_TOPOLOGY.destinations,
     # No schedules: the local scheduler would fire them on the wall clock, adding jobs the run's
     # plan does not list at moments no seed decides; the scheduled job types stay, producible by hand.
     schedules=(),

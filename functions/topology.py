@@ -44,14 +44,15 @@ DESTINATIONS = (
         "payments",
         rate=RateLimit(50, per=timedelta(seconds=1), burst=10, key="currency"),
         concurrency=20,
-        breaker=Breaker(failures=5, window=timedelta(minutes=1), cool_down=timedelta(seconds=30)),
-        retry_budget=0.2,
+        # Open when half of at least 20 calls in a minute fail: the demo's 1-in-10 flaky charges never trip it.
+        breaker=Breaker(error_rate=0.5, min_calls=20, window=timedelta(minutes=1), cool_down=timedelta(seconds=30)),
+        retry_budget=0.5,
     ),
     Destination("email", rate=RateLimit(100, per=timedelta(seconds=1), burst=20)),
     Destination(
         "webhooks",
         concurrency=5,
-        breaker=Breaker(failures=20, window=timedelta(minutes=1), cool_down=timedelta(seconds=30)),
+        breaker=Breaker(failures=50, window=timedelta(minutes=1), cool_down=timedelta(seconds=30)),
     ),
 )
 

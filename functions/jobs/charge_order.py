@@ -28,6 +28,7 @@ class ChargeOrder(Payload):
     timeout=timedelta(seconds=10),
     retry_on=(RateLimitedError,),
     permanent_on=(CardDeclinedError,),
+    destinations=("payments",),
 )
 def charge_order(payload: ChargeOrder, ctx: JobContext) -> None:
     # The same key reaches the provider, which dedupes on it as Stripe does.

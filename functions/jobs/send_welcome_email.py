@@ -33,4 +33,10 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 )
 def send_welcome_email(payload: WelcomeEmail, ctx: JobContext) -> None:
     # The provider does not dedupe: the harness's idempotency is all that stops a second mail.
-    _email.send(to=f"{payload.user_id}@users.example", template=f"welcome-{payload.locale}", job_id=ctx.job_id)
+    # The call takes a token of the email provider's shared rate limit (the "email" destination).
+    ctx.call(
+        "email",
+        lambda: _email.send(
+            to=f"{payload.user_id}@users.example", template=f"welcome-{payload.locale}", job_id=ctx.job_id
+        ),
+    )
