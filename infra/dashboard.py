@@ -1,4 +1,5 @@
-"""The one CloudWatch dashboard: a block of rows per queue, from each queue's monitoring, the relays, the schedules."""
+"""The one CloudWatch dashboard: a block of rows per queue, from each queue's monitoring, the relays, the schedules,
+the destinations."""
 
 from collections.abc import Sequence
 
@@ -6,6 +7,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.destination_monitoring import ROW_WIDTH, DestinationMonitoring, error_rate_graph
 from infra.job_metrics import PERIOD
 from infra.outbox_relay import ITERATOR_AGE_THRESHOLD, MILLISECONDS, OutboxRelay
 from infra.queue_monitoring import WIDGET_WIDTH, QueueMonitoring
@@ -64,3 +66,17 @@ class JobsDashboard(Construct):
                 width=WIDGET_WIDTH,
             ),
         )
+
+    def add_destinations(self, monitorings: Sequence[DestinationMonitoring]) -> None:
+        """Every destination's error rate against its alarm and the state of their alarms, then a row each."""
+        self.dashboard.add_widgets(cloudwatch.TextWidget(markdown="## Destinations", width=ROW_WIDTH, height=1))
+        self.dashboard.add_widgets(
+            error_rate_graph(monitorings, width=ROW_WIDTH - WIDGET_WIDTH),
+            cloudwatch.AlarmStatusWidget(
+                title="destinations: breakers open too long, error rates",
+                alarms=[alarm for monitoring in monitorings for alarm in monitoring.alarms],
+                width=WIDGET_WIDTH,
+            ),
+        )
+        for monitoring in monitorings:
+            self.dashboard.add_widgets(*monitoring.widgets())

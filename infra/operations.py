@@ -30,6 +30,9 @@ SCHEDULE_ACTIONS = ("scheduler:CreateSchedule", "scheduler:GetSchedule", "schedu
 AUDIT_ACTIONS = ("dynamodb:PutItem", "dynamodb:Scan")
 # The redrive canary checks a redriven job's idempotency record.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem",)
+# `conveyor limits` reads the destinations' items from the limits table by key (conveyor.worker.destinations.state);
+# `conveyor limits set` and `conveyor breaker open|close` change them with conditional updates, as the workers do.
+LIMITS_ACTIONS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem")
 # `conveyor tail` follows job events in the workers' log groups.
 LOG_ACTIONS = ("logs:FilterLogEvents",)
 # `conveyor stats` reads job metrics (GetMetricData); `conveyor status` a queue's oldest-message age
@@ -52,6 +55,7 @@ class Operations(Construct):
         prefix: str,
         job_queues: Mapping[str, JobQueue],
         idempotency_table: dynamodb.ITable,
+        limits_table: dynamodb.ITable,
     ) -> None:
         super().__init__(scope, construct_id)
         # Who paused, redrove or discarded what must outlive the stack: retained, and
@@ -113,6 +117,7 @@ class Operations(Construct):
                 for name in job_queues
             ],
             idempotency_table=idempotency_table,
+            limits_table=limits_table,
         )
 
     def _operator_policy(
@@ -124,13 +129,15 @@ class Operations(Construct):
         mapping_arns: list[str],
         schedule_arns: list[str],
         idempotency_table: dynamodb.ITable,
+        limits_table: dynamodb.ITable,
     ) -> iam.ManagedPolicy:
         """A named policy, so an IAM Identity Center permission set can attach it by name."""
         policy = iam.ManagedPolicy(
             self,
             "OperatorPolicy",
             managed_policy_name=f"{prefix}-operator",
-            description="What the Conveyor `conveyor` CLI needs to operate this stack's queues, and nothing more",
+            description="What the Conveyor `conveyor` CLI needs to operate this stack's queues and destinations, "
+            "and nothing more",
             statements=[
                 # The CLI finds every resource through the stack's outputs.
                 iam.PolicyStatement(actions=["cloudformation:DescribeStacks"], resources=[Aws.STACK_ID]),
@@ -144,6 +151,7 @@ class Operations(Construct):
                 ),
                 iam.PolicyStatement(actions=list(AUDIT_ACTIONS), resources=[self.audit_table.table_arn]),
                 iam.PolicyStatement(actions=list(IDEMPOTENCY_ACTIONS), resources=[idempotency_table.table_arn]),
+                iam.PolicyStatement(actions=list(LIMITS_ACTIONS), resources=[limits_table.table_arn]),
                 iam.PolicyStatement(actions=list(LOG_ACTIONS), resources=log_group_arns),
                 iam.PolicyStatement(actions=list(METRIC_ACTIONS), resources=["*"]),
             ],

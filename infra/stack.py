@@ -13,6 +13,7 @@ from conveyor.worker.destinations import state as limits_state
 from infra.alarm_topic import AlarmTopic
 from infra.checkpoints_table import WorkerStateTable
 from infra.dashboard import JobsDashboard
+from infra.destination_monitoring import DestinationMonitoring
 from infra.idempotency_table import IdempotencyTable
 from infra.job_queue import JobQueue, WorkerTables
 from infra.job_table import JobTable
@@ -124,8 +125,22 @@ class ConveyorStack(Stack):
         )
         if self.schedules is not None:
             dashboard.add_schedules(self.schedules)
+        # The destinations' alarms and dashboard rows exist only for declared destinations.
+        self.destinations = [
+            DestinationMonitoring(
+                self, f"Destination-{declaration.name}", destination=declaration, alarm_topic=alarms.topic
+            )
+            for declaration in topology.destinations
+        ]
+        if self.destinations:
+            dashboard.add_destinations(self.destinations)
         operations = Operations(
-            self, "Operations", prefix=prefix, job_queues=self.job_queues, idempotency_table=idempotency.table
+            self,
+            "Operations",
+            prefix=prefix,
+            job_queues=self.job_queues,
+            idempotency_table=idempotency.table,
+            limits_table=worker_tables.limits,
         )
         CfnOutput(self, outputs.ALARM_TOPIC, value=alarms.topic.topic_arn)
         CfnOutput(self, outputs.IDEMPOTENCY_TABLE, value=idempotency.table.table_name)

@@ -137,6 +137,12 @@ def test_operator_policy_grants_exactly_what_jobs_needs(synthesized: Synthesized
         f"${{{_resume_role(synthesized)}.Arn}}": {"iam:PassRole"},
         f"${{{synthesized.output_ref(outputs.OPS_AUDIT_TABLE)}.Arn}}": {"dynamodb:PutItem", "dynamodb:Scan"},
         f"${{{synthesized.own_table('idempotency_table')}.Arn}}": {"dynamodb:GetItem"},
+        # `conveyor limits` reads the destinations' state; `limits set` and `breaker open|close` update it.
+        f"${{{synthesized.output_ref(outputs.LIMITS_TABLE)}.Arn}}": {
+            "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",
+            "dynamodb:UpdateItem",
+        },
         # CloudWatch reads have no resource-level permissions; the only wildcard.
         "*": {"cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics"},
     }

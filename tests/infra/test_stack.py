@@ -14,6 +14,7 @@ from conveyor.contract.settings import WorkerSettings
 from conveyor.worker import lease, schedule_runs
 from conveyor.worker.checkpoints import EXPIRES_AT as CHECKPOINT_TTL
 from conveyor.worker.checkpoints import KEY as CHECKPOINT_KEY
+from conveyor.worker.destinations import state as limits_state
 from functions.orders import ORDERS_TABLE
 from functions.providers.effects import EFFECTS_TABLE
 from functions.providers.effects import KEY_ATTRIBUTE as EFFECTS_KEY
@@ -245,6 +246,7 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
     checkpoints_id = synthesized.table(CHECKPOINT_KEY)
     schedule_runs_id = synthesized.own_table("schedule_runs_table")
     leases_id = synthesized.own_table("leases_table")
+    limits_id = synthesized.own_table("limits_table")
     effects_id = synthesized.table(EFFECTS_KEY)
     orders_id = synthesized.table(ORDERS_TABLE.key)
     outbox_id = synthesized.output_ref(outputs.OUTBOX_TABLE)
@@ -272,6 +274,7 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
         _arn(checkpoints_id): set(CHECKPOINT_ACTIONS),
         _arn(schedule_runs_id): set(SCHEDULE_RUN_ACTIONS),
         _arn(leases_id): set(LEASE_ACTIONS),
+        _arn(limits_id): set(limits_state.WORKER_ACTIONS),
         _arn(effects_id): TABLE_READ_WRITE,
         _arn(orders_id): TABLE_READ_WRITE,
         # Enqueueing through the outbox, alone or in a transaction with the job's own writes.

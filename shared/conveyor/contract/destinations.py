@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
+from conveyor.contract import limits
 from conveyor.contract.durations import format_duration
 from conveyor.contract.errors import require
 
@@ -123,9 +124,11 @@ class Breaker:
         )
         require(self.min_calls >= 1, where, f"breaker min_calls must be 1 or more, got {self.min_calls}")
         require(
-            self.alarm_after >= timedelta(minutes=1),
+            timedelta(minutes=1) <= self.alarm_after <= limits.CLOUDWATCH_MAX_SHORT_PERIOD_RANGE,
             where,
-            f"breaker alarm_after must be at least 1min (CloudWatch's period), got {format_duration(self.alarm_after)}",
+            f"breaker alarm_after must be between 1min (its alarm's period) and "
+            f"{format_duration(limits.CLOUDWATCH_MAX_SHORT_PERIOD_RANGE)} (the longest CloudWatch evaluates a "
+            f"1-minute alarm over), got {format_duration(self.alarm_after)}",
         )
 
 

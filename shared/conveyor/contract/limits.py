@@ -93,3 +93,16 @@ SCHEDULER_MAX_EVENT_AGE = timedelta(hours=24)
 LOGS_MAX_BATCH_BYTES = 1_048_576
 LOGS_EVENT_OVERHEAD_BYTES = 26
 LOGS_MAX_BATCH_EVENTS = 10_000
+
+# https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html
+# "For alarms with a period of less than one hour (3,600 seconds), the total evaluation period can't
+# be longer than one day (86,400 seconds)": period x EvaluationPeriods.
+CLOUDWATCH_SHORT_PERIOD = timedelta(hours=1)
+CLOUDWATCH_MAX_SHORT_PERIOD_RANGE = timedelta(days=1)
+
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Constraints.html#limits-partition-sort-keys
+# "The maximum length of a partition key value is 2048 bytes."
+DYNAMODB_MAX_PARTITION_KEY_BYTES = 2048
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Constraints.html#limits-expression-parameters
+# "The maximum length of any expression string is 4 KB."
+DYNAMODB_MAX_EXPRESSION_BYTES = 4 * 1024

@@ -59,6 +59,11 @@ def test_a_rate_limit_that_cannot_work_is_refused_in_one_line(build: Any, messag
         ({"breaker": Breaker(cool_down=timedelta(0))}, "breaker cool_down must be between 1s and 1h, got 0s"),
         ({"breaker": Breaker(error_rate=0)}, "breaker error_rate must lie in (0, 1], got 0"),
         ({"max_wait": timedelta(seconds=6)}, "max_wait must be between 0 and 5s, got 6s"),
+        (
+            {"breaker": Breaker(alarm_after=timedelta(days=1, minutes=1))},
+            "breaker alarm_after must be between 1min (its alarm's period) and 1d (the longest CloudWatch "
+            "evaluates a 1-minute alarm over), got 1441m",
+        ),
     ],
 )
 def test_a_destination_that_cannot_work_is_refused_naming_it_and_the_rule(
