@@ -39,6 +39,10 @@ FORCED = "forced"
 REASON = "reason"
 CHANGED_BY = "changed_by"
 CHANGED_AT = "changed_at"
+# breaker#: its latest transitions (from, to, reason, by, at; .breaker.HISTORY_SIZE of them), and the count of
+# all of them, which each transition's write requires unchanged, so the history it rewrites is the current one.
+HISTORY = "history"
+TRANSITIONS = "transitions"
 # budget#: first attempts and retries counted in the window.
 FIRST = "first"
 RETRIES = "retries"
@@ -52,8 +56,9 @@ SET_AT = "set_at"
 # How stale a worker's copy of an override may be: one read per destination per worker this often.
 OVERRIDE_REFRESH_S = 5.0
 # What the worker's modules call: conditional updates (never a put: an item keeps its counters and an
-# operator's override) and a consistent read where a condition failure did not return the item.
-WORKER_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem")
+# operator's override), a consistent read where a condition failure did not return the item, and one
+# BatchGetItem for a retry budget's two windows (.budget).
+WORKER_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem")
 
 
 def rate_key(destination: str, key_value: str | None = None) -> str:
