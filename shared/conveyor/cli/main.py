@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from conveyor.cli.cost_commands import cost
 from conveyor.cli.init_command import init
+from conveyor.cli.limits_commands import COMMANDS as LIMITS_COMMANDS
 from conveyor.cli.local_commands import local
 from conveyor.cli.ops_commands import COMMANDS
 from conveyor.cli.produce_commands import backfill, enqueue
@@ -83,7 +84,7 @@ def cli(ctx: click.Context, topology_spec: str | None, stack: str | None) -> Non
 
 
 cli.add_command(local)
-for command in COMMANDS:
+for command in (*COMMANDS, *LIMITS_COMMANDS):
     cli.add_command(command)
 cli.add_command(enqueue)
 cli.add_command(backfill)
@@ -96,7 +97,7 @@ cli.add_command(tail)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj
 def topology(project: Project, as_json: bool) -> None:
-    """Show the declared queues, the job types routed to them and their derived settings."""
+    """Show the declared queues, the job types routed to them and their derived settings, and the destinations."""
     declared = project.topology
     rows = _queue_rows(declared)
     if as_json:
@@ -132,6 +133,21 @@ def topology(project: Project, as_json: bool) -> None:
         for queue, row in zip(declared.queues, rows, strict=True)
     ]
     click.echo(render_table(headers, table))
+    if declared.destinations:
+        click.echo("")
+        click.echo(
+            render_table(
+                ("DESTINATION", "LIMITS", "JOB TYPES"),
+                [
+                    (
+                        destination.name,
+                        destination.describe(),
+                        ",".join(job.name for job in declared.job_types if destination.name in job.destinations) or "-",
+                    )
+                    for destination in declared.destinations
+                ],
+            )
+        )
 
 
 @cli.command()

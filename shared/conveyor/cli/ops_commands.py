@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from conveyor.cli.project import Project
-from conveyor.cli.support import Incomplete, NotFound, aws_errors, emit
+from conveyor.cli.support import Incomplete, NotFound, aws_errors, emit, user_input
 from conveyor.contract.durations import format_duration, parse_duration
 from conveyor.ops.dlq_entries import REASONS, DlqFilter
 from conveyor.ops.dlq_scan import read_entries
@@ -33,18 +33,8 @@ DASH = "-"
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
 
-def _usage(parse: Callable[[], Any]) -> Any:
-    """Run a parser of user input; its ValueError becomes one usage line (exit 2), LookupError exit 3."""
-    try:
-        return parse()
-    except LookupError as error:
-        raise NotFound(str(error.args[0] if error.args else error)) from error
-    except ValueError as error:
-        raise click.UsageError(str(error)) from error
-
-
 def _duration(text: str | None) -> timedelta | None:
-    return None if text is None else _usage(lambda: parse_duration(text))
+    return None if text is None else user_input(lambda: parse_duration(text))
 
 
 @dataclass(frozen=True)
@@ -58,7 +48,7 @@ class Filters:
     limit: int | None
 
     def selection(self, project: Project, queue: str) -> DlqFilter:
-        selection: DlqFilter = _usage(
+        selection: DlqFilter = user_input(
             lambda: DlqFilter.build(
                 project.topology,
                 queue,
@@ -282,7 +272,7 @@ def dlq_redrive(
 ) -> None:
     """Return matching DLQ entries to their queue; each DLQ copy is deleted only after its send succeeded."""
     selection = filters.selection(project, project.queue_name(queue))
-    rate = RateLimiter(_usage(lambda: parse_rate(rate_text)) if rate_text else None)
+    rate = RateLimiter(user_input(lambda: parse_rate(rate_text)) if rate_text else None)
     timeout = _duration(canary_timeout) or DEFAULT_CANARY_TIMEOUT
     target = project.target
     redrive = Redrive(
@@ -447,7 +437,7 @@ def resume(project: Project, queue: str, as_json: bool) -> None:
 def concurrency(project: Project, queue: str, value: int, as_json: bool) -> None:
     """Set how many batches of the queue run at once (Lambda's MaximumConcurrency, 2-1000)."""
     reserved = project.topology.queue(project.queue_name(queue)).reserved_concurrency
-    _usage(lambda: check_max_concurrency(value))
+    user_input(lambda: check_max_concurrency(value))
     if reserved is not None and value > reserved:
         raise click.UsageError(
             f"queue {queue!r} reserves {reserved} concurrent executions; a MaximumConcurrency of {value} "

@@ -4,9 +4,9 @@ Exit codes are part of the CLI's contract (scripts branch on them; docs/runbooks
 """
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from botocore.exceptions import (
@@ -22,6 +22,8 @@ from conveyor.local.console import AUTO, LOG_FORMAT_CHOICES
 from conveyor.ops.dlq_scan import HoldLostError
 from conveyor.ops.event_sources import EventSourceNotFoundError
 from conveyor.ops.tables import render_table
+
+T = TypeVar("T")
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -65,6 +67,16 @@ class AwsError(click.ClickException):
     """AWS answered with an error: access denied, throttling, a missing resource."""
 
     exit_code = EXIT_AWS_ERROR
+
+
+def user_input(parse: Callable[[], T]) -> T:
+    """Run a parser of user input; its ValueError becomes one usage line (exit 2), LookupError exit 3."""
+    try:
+        return parse()
+    except LookupError as error:
+        raise NotFound(str(error.args[0] if error.args else error)) from error
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
 
 
 @contextmanager

@@ -107,6 +107,12 @@ class Breaker:
     min_calls: int = 20
     alarm_after: timedelta = timedelta(minutes=5)
 
+    def describe(self) -> str:
+        window = format_duration(self.window)
+        if self.error_rate is not None:
+            return f"breaker at {self.error_rate:.0%} errors of {self.min_calls}+ calls/{window}"
+        return f"breaker after {self.failures} failures/{window}"
+
     def check(self, where: str) -> None:
         require(self.failures >= 1, where, f"breaker failures must be 1 or more, got {self.failures}")
         for name, value in (("window", self.window), ("cool_down", self.cool_down)):
@@ -188,7 +194,7 @@ class Destination:
         if self.concurrency is not None:
             parts.append(f"concurrency {self.concurrency}")
         if self.breaker is not None:
-            parts.append(f"breaker after {self.breaker.failures} failures/{format_duration(self.breaker.window)}")
+            parts.append(self.breaker.describe())
         if self.retry_budget is not None:
             parts.append(f"retry budget {self.retry_budget:g}")
         return ", ".join(parts)

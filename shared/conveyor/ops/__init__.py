@@ -1,7 +1,7 @@
 """The operator side: what `conveyor` commands do against AWS (or the local runtime).
 
 Status, DLQ inspection, redrive with a canary, discard, pause and resume, concurrency, drain,
-backfill, audit and stats. The CLI (conveyor.cli) only parses arguments and prints.
+backfill, audit and stats, and the destinations' shared limits. The CLI (conveyor.cli) only parses arguments and prints.
 """
 
 from conveyor.ops.backfill import BackfillError, BackfillIncompleteError, InvalidBackfillError

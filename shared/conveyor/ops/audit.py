@@ -1,4 +1,4 @@
-"""Who changed what, and when: every redrive, discard, pause, resume and concurrency change.
+"""Who changed what, and when: every redrive, discard, pause, resume, resize, limits override and forced breaker.
 
 The audit table has one item per operation, keyed by a time-ordered id. Operators read it
 with `conveyor audit`; the volume is that of human actions, so a scan is the right query.

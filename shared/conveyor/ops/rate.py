@@ -47,6 +47,12 @@ RATE_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "day": 86_400, "mont
 
 def parse_rate(text: str) -> float:
     """``"5/s"``, ``"5"``, ``"300/m"``, ``"1e9/month"`` -> operations per second."""
+    count, per_s = parse_rate_as_written(text)
+    return count / per_s
+
+
+def parse_rate_as_written(text: str) -> tuple[float, int]:
+    """``"300/min"`` -> ``(300.0, 60)``: the count and the seconds it is per, for a limit kept as declared."""
     number, _, unit = text.strip().partition("/")
     per = RATE_UNITS.get(unit.strip())
     try:
@@ -57,4 +63,4 @@ def parse_rate(text: str) -> float:
         raise ValueError(
             f"rate {text!r}: expected a positive number per s, min, h, day or month, e.g. 5/s, 300/min or 1e9/month"
         )
-    return value / per
+    return value, per

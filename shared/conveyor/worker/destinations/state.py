@@ -4,7 +4,7 @@ One DynamoDB table, keyed on the string ``pk``; each kind of state is its own it
 destination's rate bucket never contends with its breaker:
 
 - ``rate#<destination>`` (``rate#<destination>#<key value>`` for a per-key limit): the rate
-  bucket's theoretical arrival time (conveyor.worker.destinations.rate), and an operator's rate override;
+  bucket's theoretical arrival time (conveyor.worker.destinations.rate);
 - ``slots#<destination>``: the concurrency slots in use, holder -> expiry (.slots);
 - ``breaker#<destination>``: the breaker's state, failures in its window and probes (.breaker);
 - ``budget#<scope>#<window start>``: first attempts and retries in one budget window (.budget),
