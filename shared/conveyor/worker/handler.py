@@ -66,7 +66,10 @@ class Worker:
                 event=event, record_handler=record_handler, processor=processor, context=context
             )
         finally:
-            self._metrics.flush()
+            try:
+                self._harness.end()
+            finally:
+                self._metrics.flush()
 
 
 def make_handler(topology: Topology | None = None) -> LambdaHandler:

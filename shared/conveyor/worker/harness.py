@@ -29,11 +29,12 @@ from pydantic import BaseModel
 
 from conveyor.contract import limits
 from conveyor.contract.declarations import JobType
+from conveyor.contract.destinations import BudgetAction
 from conveyor.contract.envelope import Envelope, parse_envelope
-from conveyor.contract.errors import Continued, ContractError, Snooze
+from conveyor.contract.errors import Continued, ContractError, RetryableError, Snooze, Throttled
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import mask_values, sensitive_values
-from conveyor.contract.reasons import Reason
+from conveyor.contract.reasons import Reason, SnoozeReason
 from conveyor.contract.settings import SERVICE_NAME, WorkerSettings
 from conveyor.contract.timestamps import utc_text
 from conveyor.contract.topology import Topology
@@ -43,6 +44,7 @@ from conveyor.worker.checkpoints import CheckpointStore, Chunk, Progress
 from conveyor.worker.classify import FailureKind, classify
 from conveyor.worker.dead_letter import DeadLetterQueue, Failure, failure_attributes
 from conveyor.worker.delivery import Delivery
+from conveyor.worker.destinations.guard import DestinationLimits, JobGuard
 from conveyor.worker.heartbeat import DEADLINE_MARGIN, Heartbeats, lease_for
 from conveyor.worker.idempotency import IdempotentRunner, record_lifetime
 from conveyor.worker.missed_runs import ScheduledRuns
@@ -146,6 +148,15 @@ class Harness:
         self._rng = rng or random.SystemRandom()
         self._clock = clock or (lambda: datetime.now(UTC))
         self._observer = observer
+        # The declared destinations' shared limits, and the queue's retry budget (conveyor.worker.destinations).
+        self._limits = DestinationLimits(
+            topology,
+            self.queue,
+            dynamodb_client=dynamodb_client,
+            table=settings.limits_table,
+            clock=lambda: self._clock().timestamp(),
+            rng=self._rng,
+        )
         # The run audit and missed-run policy of scheduled jobs (conveyor.worker.schedule_runs).
         self._scheduled = (
             ScheduledRuns(
@@ -165,6 +176,10 @@ class Harness:
             runner.register(context)
         reserve = min(MAX_RESERVE_S, self.queue.function_timeout.total_seconds() * RESERVE_FRACTION)
         return Invocation(context=context, reserve_s=reserve)
+
+    def end(self) -> None:
+        """After each batch: the retry budgets' counts and the destinations' metrics leave the worker."""
+        self._limits.flush()
 
     def run_record(self, record: SQSRecord, invocation: Invocation) -> None:
         now = self._clock()
@@ -247,6 +262,10 @@ class Harness:
         }
         logger.thread_safe_append_keys(**bound)
         progress = self._progress(record, envelope, job_type, payload, key)
+        # The invocation's end on the epoch clock the shared limits compare: a slot expires after it.
+        guard = self._limits.guard(
+            job_type, payload, job_id=envelope.id, deadline=now.timestamp() + deadline - time.monotonic()
+        )
         context = JobContext(
             job_id=envelope.id,
             job_type=job_type.name,
@@ -258,17 +277,26 @@ class Harness:
             logger=logger,
             deadline_monotonic=time.monotonic() + budget,
             progress=progress,
+            guard=guard,
         )
 
         def call_handler() -> None:
             if self._scheduled:  # inside the idempotent call: a completed occurrence's duplicate never gets here
                 self._scheduled.begin(envelope)
             # The limit covers the handler only, never Powertools' own record writes around it.
-            with time_limit(budget):
+            # The declared destinations are taken first, inside the limit: a bounded wait for a token is job time.
+            with time_limit(budget), guard.declared():
+                snoozed = False
                 try:
                     job_type.handler(payload, context)
                 except Continued as continued:
                     logger.info("job continues in its next chunk", extra={"next_job_id": continued.next_job_id})
+                except Snooze:
+                    snoozed = True  # not an attempt: the job runs again as the same attempt
+                    raise
+                finally:
+                    if delivery.attempt == 1 and not snoozed:  # retries count when scheduled (admit_retry)
+                        self._limits.count_first(job_type, guard.used)
 
         # The message stays hidden while the job runs, never past the invocation's deadline and margin.
         heartbeat = self._heartbeats.keep(
@@ -280,7 +308,8 @@ class Harness:
             with job_subsegment(job_type.name, envelope.id, record.attributes.aws_trace_header), heartbeat:
                 ran = self._runners[job_type.name].run(key, call_handler)
         except Snooze as snooze:
-            self._requeue(record, delivery, envelope, now, snooze.delay, Kind.SNOOZED)
+            reason = snooze.reason if isinstance(snooze, Throttled) else None
+            self._requeue(record, delivery, envelope, now, snooze.delay, Kind.SNOOZED, reason=reason)
         except IdempotencyAlreadyInProgressError:
             # Another invocation holds the key (a duplicate delivery, or a worker that crashed mid-job): not
             # a failure of the job, so no attempt is spent. Its hold ends with that invocation, at the latest
@@ -288,7 +317,7 @@ class Harness:
             lease = lease_for(self.queue)
             self._requeue(record, delivery, envelope, now, lease, Kind.SNOOZED, message=IN_PROGRESS_ELSEWHERE)
         except Exception as error:  # every failure is classified; none escapes unrecorded
-            self._fail(record, delivery, envelope, job_type, error, now)
+            self._fail(record, delivery, envelope, job_type, error, now, guard)
         else:
             if ran:
                 self._finish(progress)
@@ -346,6 +375,7 @@ class Harness:
         job_type: JobType[Any],
         error: Exception,
         now: datetime,
+        guard: JobGuard,
     ) -> None:
         kind = classify(error, job_type)
         if kind is FailureKind.PERMANENT:
@@ -359,6 +389,22 @@ class Harness:
             )
             return
         delay = job_type.retry.delay(delivery.attempt, self._rng)
+        if isinstance(error, RetryableError) and error.retry_after is not None:
+            delay = max(delay, error.retry_after)  # the service said when; never sooner than the backoff
+        over = self._limits.admit_retry(job_type, guard.used)
+        if over is not None and over.action is BudgetAction.DEAD_LETTER:
+            self._dead_letter(
+                record,
+                delivery,
+                now,
+                reason=Reason.RETRY_BUDGET_EXHAUSTED,
+                error=error,
+                envelope=envelope,
+                started_at=now,
+            )
+            return
+        if over is not None:  # declared to wait: the retry waits about one budget window instead
+            delay = max(delay, self._limits.budget_delay(over))
         if now + delay - delivery.deadline_start(envelope.created_at) > job_type.retry.max_wall_time:
             self._dead_letter(
                 record, delivery, now, reason=Reason.DEADLINE_EXCEEDED, error=error, envelope=envelope, started_at=now
@@ -388,6 +434,7 @@ class Harness:
         kind: Kind,
         *,
         message: str | None = None,
+        reason: SnoozeReason | None = None,
     ) -> None:
         """Run the job later without spending an attempt: re-send a copy, then ack this one.
 
@@ -397,7 +444,7 @@ class Harness:
         """
         if self.queue.fifo:
             self._set_visibility(record, delay)
-            self._report(kind, delivery, envelope, delay=delay, message=message)
+            self._report(kind, delivery, envelope, delay=delay, message=message, reason=reason)
             raise RetryScheduledError(f"deferred {delay.total_seconds():.1f}s on a FIFO queue")
         entry = message_entry(
             record.body,
@@ -405,7 +452,7 @@ class Harness:
             attributes=delivery.carried(now, now + delay if delay > limits.SQS_MAX_DELAY else None),
         )
         self._sqs.send_message(QueueUrl=self._settings.queue_url, **single_send(entry))
-        self._report(kind, delivery, envelope, delay=delay, message=message)
+        self._report(kind, delivery, envelope, delay=delay, message=message, reason=reason)
 
     def _dead_letter(
         self,

@@ -58,8 +58,8 @@ def _ms(start: datetime, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds() * MILLISECONDS)
 
 
-class JobMetrics:
-    """An outcome observer that buffers metrics per dimension set; ``flush`` writes the EMF lines.
+class MetricBuffer:
+    """Metrics buffered per dimension set; ``flush`` writes the EMF lines.
 
     Powertools writes a document as soon as a metric holds 100 values, so a large batch is
     never lost to EMF's limit; the rest is written by ``flush``, which the worker calls in a
@@ -70,24 +70,12 @@ class JobMetrics:
         self._sets: dict[Dimensions, EphemeralMetrics] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, outcome: JobOutcome) -> None:
-        base: Dimensions = (("queue", outcome.queue), ("job_type", outcome.job_type or UNREADABLE))
+    def add(self, dimensions: Dimensions, name: str, unit: MetricUnit, value: float) -> None:
         with self._lock:
-            self._add(base, COUNTS[outcome.kind], MetricUnit.Count, 1)
-            if outcome.kind in BY_REASON and outcome.reason:
-                self._add((*base, ("reason", outcome.reason)), COUNTS[outcome.kind], MetricUnit.Count, 1)
-            if outcome.started_at is not None:
-                self._add(base, DURATION, MetricUnit.Milliseconds, _ms(outcome.started_at, outcome.finished_at))
-                if outcome.created_at is not None:
-                    self._add(base, QUEUE_WAIT, MetricUnit.Milliseconds, _ms(outcome.created_at, outcome.started_at))
-            if outcome.kind is Kind.SUCCEEDED and outcome.created_at is not None:
-                self._add(base, END_TO_END, MetricUnit.Milliseconds, _ms(outcome.created_at, outcome.finished_at))
-
-    def _add(self, dimensions: Dimensions, name: str, unit: MetricUnit, value: float) -> None:
-        metrics = self._sets.get(dimensions)
-        if metrics is None:
-            metrics = self._sets[dimensions] = metric_set(dimensions)
-        metrics.add_metric(name=name, unit=unit, value=value)
+            metrics = self._sets.get(dimensions)
+            if metrics is None:
+                metrics = self._sets[dimensions] = metric_set(dimensions)
+            metrics.add_metric(name=name, unit=unit, value=value)
 
     def flush(self) -> None:
         with self._lock:
@@ -95,3 +83,19 @@ class JobMetrics:
         for metrics in sets.values():
             if metrics.metric_set:  # empty when Powertools already wrote it at 100 values
                 metrics.flush_metrics()
+
+
+class JobMetrics(MetricBuffer):
+    """An outcome observer that buffers the job metrics of each outcome until ``flush``."""
+
+    def __call__(self, outcome: JobOutcome) -> None:
+        base: Dimensions = (("queue", outcome.queue), ("job_type", outcome.job_type or UNREADABLE))
+        self.add(base, COUNTS[outcome.kind], MetricUnit.Count, 1)
+        if outcome.kind in BY_REASON and outcome.reason:
+            self.add((*base, ("reason", outcome.reason)), COUNTS[outcome.kind], MetricUnit.Count, 1)
+        if outcome.started_at is not None:
+            self.add(base, DURATION, MetricUnit.Milliseconds, _ms(outcome.started_at, outcome.finished_at))
+            if outcome.created_at is not None:
+                self.add(base, QUEUE_WAIT, MetricUnit.Milliseconds, _ms(outcome.created_at, outcome.started_at))
+        if outcome.kind is Kind.SUCCEEDED and outcome.created_at is not None:
+            self.add(base, END_TO_END, MetricUnit.Milliseconds, _ms(outcome.created_at, outcome.finished_at))

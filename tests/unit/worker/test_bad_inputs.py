@@ -58,14 +58,25 @@ _ids = itertools.count()
 # --- fixtures: one moto for the module ------------------------------------------------------------
 
 
+# The drivers' clock stands still at the corpus's instant, where a rate bucket never refills: the good
+# companions of every batch would end up snoozed. The destinations keep their names, not their limits.
+UNLIMITED = replace(
+    TOPOLOGY,
+    destinations=tuple(
+        replace(destination, rate=None, concurrency=None, breaker=None, retry_budget=None)
+        for destination in TOPOLOGY.destinations
+    ),
+)
+
+
 @pytest.fixture(scope="module")
 def app() -> Iterator[Aws]:
-    yield from moto_aws(TOPOLOGY)
+    yield from moto_aws(UNLIMITED)
 
 
 @pytest.fixture(scope="module")
 def drivers(app: Aws) -> dict[str, QueueDriver]:
-    queues = {queue.name: QueueDriver(app, queue.name) for queue in TOPOLOGY.queues}
+    queues = {queue.name: QueueDriver(app, queue.name) for queue in UNLIMITED.queues}
     for driver in queues.values():
         driver.now = CORPUS.now
     return queues

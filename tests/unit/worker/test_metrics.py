@@ -10,7 +10,13 @@ from functions.topology import TOPOLOGY
 from tests.aws import moto_aws
 from tests.harness_support import DEFAULT_AGE, QueueDriver, envelope
 
-ALLOWED_DIMENSION_SETS = [["queue", "job_type"], ["queue", "job_type", "reason"]]
+# The job metrics' sets, and the destination metrics' (conveyor.worker.destinations.metrics): never a job id or a key.
+ALLOWED_DIMENSION_SETS = [
+    ["queue", "job_type"],
+    ["queue", "job_type", "reason"],
+    ["destination"],
+    ["destination", "reason"],
+]
 
 
 @pytest.fixture
@@ -77,7 +83,11 @@ def test_metrics_use_one_namespace_units_and_no_high_cardinality_dimension(
         assert directive["Namespace"] == "Conveyor"
         assert directive["Dimensions"][0] in ALLOWED_DIMENSION_SETS
         for metric in directive["Metrics"]:
-            expected = "Milliseconds" if metric["Name"] in {"EndToEnd", "QueueWait", "Duration"} else "Count"
+            expected = (
+                "Milliseconds"
+                if metric["Name"] in {"EndToEnd", "QueueWait", "Duration", "DestinationLatency"}
+                else "Count"
+            )
             assert metric["Unit"] == expected
         assert "job_id" not in document
     unreadable = (("queue", "critical"), ("job_type", "unreadable"), ("reason", "invalid_json"))
