@@ -66,6 +66,13 @@ def fragile(payload: Call, ctx: JobContext) -> None:
     ctx.call("flaky", lambda: _service(payload))
 
 
+@job(queue="work", destinations=("flaky",), retry=RETRY)
+def careful(payload: Call, ctx: JobContext) -> None:
+    """Declares the destination and calls it twice, as deliver_webhook does once through its HTTP client."""
+    ctx.call("flaky", lambda: _service(payload))
+    ctx.call("flaky", lambda: _service(payload))
+
+
 @job(queue="work", destinations=("budgeted",), retry=RETRY)
 def budgeted(payload: Call, ctx: JobContext) -> None:
     _service(payload)
@@ -79,7 +86,7 @@ def patient(payload: Call, ctx: JobContext) -> None:
 NO_WAIT = timedelta(0)
 TOPOLOGY = Topology(
     queues=(Queue("work", age_objective=timedelta(minutes=5), function_timeout=timedelta(seconds=10)),),
-    job_types=(pay, pooled, fragile, budgeted, patient),
+    job_types=(pay, pooled, fragile, careful, budgeted, patient),
     destinations=(
         Destination("gateway", rate=RateLimit(1, per=timedelta(minutes=1)), max_wait=NO_WAIT),
         Destination("pool", concurrency=1, max_wait=NO_WAIT),
@@ -178,6 +185,21 @@ def test_service_failures_open_the_breaker_which_snoozes_jobs_without_calling_un
     work.send(body("fragile", "probe"))
     assert work.run(work.receive_one()) == []
     assert calls[-1] == "probe"
+    assert Breakers(aws.dynamodb, aws.provisioned.limits_table).read("flaky").state is BreakerState.CLOSED
+
+
+def test_a_job_admitted_as_the_half_open_probe_makes_its_calls_and_its_success_closes_the_breaker(
+    work: QueueDriver, aws: Aws, calls: list[str]
+) -> None:
+    for index in range(BREAKER_FAILURES):
+        work.send(body("fragile", f"fails-{index}", fail=True))
+        work.run(work.receive_one())
+    work.now += COOL_DOWN + timedelta(seconds=1)
+
+    work.send(body("careful", "probe"))
+    assert work.run(work.receive_one()) == []
+    assert calls[-2:] == ["probe", "probe"]  # admitted once, before the run: its calls are not refused
+    assert work.outcomes[-1].kind is Kind.SUCCEEDED
     assert Breakers(aws.dynamodb, aws.provisioned.limits_table).read("flaky").state is BreakerState.CLOSED
 
 

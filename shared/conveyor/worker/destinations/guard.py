@@ -269,7 +269,10 @@ class JobGuard:
         declaration = self.limits.destination(destination)
         self._used.add(destination)
         held = self._held.get(destination)
-        probe = self._admit(declaration)
+        if held:  # admitted before the run: its first call is the probe, if it was one
+            probe, held.probe = held.probe, False
+        else:
+            probe = self._admit(declaration)
         slot = None if held else self._take_slot(declaration)
         try:
             if held and held.token_unused and key is None:
