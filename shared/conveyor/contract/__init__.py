@@ -6,6 +6,7 @@ packages only.
 """
 
 from conveyor.contract.declarations import JobType, Queue, RetryPolicy, StreamImage, StreamRule, Table
+from conveyor.contract.destinations import Breaker, BudgetAction, Destination, RateLimit
 from conveyor.contract.discovery import discover_jobs
 from conveyor.contract.envelope import Correlation, Envelope
 from conveyor.contract.errors import (
@@ -21,17 +22,20 @@ from conveyor.contract.errors import (
     PermanentError,
     RetryableError,
     Snooze,
+    Throttled,
     TransactionCanceledError,
     TransactionConditionError,
 )
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.loader import load_topology
 from conveyor.contract.payloads import Payload, sensitive
-from conveyor.contract.reasons import Reason
+from conveyor.contract.reasons import Reason, SnoozeReason
 from conveyor.contract.schedules import Schedule, catch_up, skip
 from conveyor.contract.topology import Topology
 
 __all__ = [
+    "Breaker",
+    "BudgetAction",
     "CheckpointError",
     "CheckpointTooLargeError",
     "Continued",
@@ -39,6 +43,7 @@ __all__ = [
     "ConveyorError",
     "Correlation",
     "DeclarationError",
+    "Destination",
     "EnqueueError",
     "Envelope",
     "InvalidJobError",
@@ -48,14 +53,17 @@ __all__ = [
     "Payload",
     "PermanentError",
     "Queue",
+    "RateLimit",
     "Reason",
     "RetryPolicy",
     "RetryableError",
     "Schedule",
     "Snooze",
+    "SnoozeReason",
     "StreamImage",
     "StreamRule",
     "Table",
+    "Throttled",
     "Topology",
     "TransactionCanceledError",
     "TransactionConditionError",

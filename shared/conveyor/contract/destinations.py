@@ -38,7 +38,7 @@ MAX_DESTINATION_CONCURRENCY = 10_000
 
 
 class BudgetAction(StrEnum):
-    """What a transient failure over the retry budget does: dead-letter it, or wait a cool-down first."""
+    """What a transient failure over the retry budget does: dead-letter it, or retry it about a window later."""
 
     DEAD_LETTER = "dead_letter"
     SNOOZE = "snooze"
