@@ -23,10 +23,11 @@ were accounted in [a - validity, a + W], and the last write's condition gives ``
 <= a + W + tau - validity``: the same ``n <= W / T + burst``. Whether a bucket leases is decided by its
 declaration alone, so every worker applies the same tolerance (one worker leasing with a smaller
 tolerance beside others taking single tokens with the full one would break the bound by
-``rate * validity``). A single token whose write answered after its validity is not used. A bucket too
-slow or too small to lease (``MAX_RESERVED_SHARE``) keeps its whole tolerance, and its tokens count
-from the moment of the request, as with any rate limiter: the guarantee is about the times they were
-taken, and a call that starts later than that (the write's round trip) is that much later.
+``rate * validity``). The first token of every write is used when the write answers, on every bucket,
+as with any rate limiter: the guarantee is about the times tokens were taken, and a call starts that
+much later (the write's round trip); a lease answered after its validity keeps only that first token.
+(Dropping it too would starve a bucket whenever DynamoDB answers slower than the validity.) A bucket
+too slow or too small to lease (``MAX_RESERVED_SHARE``) keeps its whole tolerance.
 
 Times are epoch seconds as DynamoDB numbers, written exactly from whole microseconds (never a float's
 repr): the caller's clock to the microsecond, not the millisecond, since a token counted at a time
@@ -45,13 +46,8 @@ from datetime import timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from aws_lambda_powertools import Logger
-
 from conveyor.contract.destinations import RateLimit
-from conveyor.contract.settings import SERVICE_NAME
 from conveyor.worker.destinations.state import EXPIRES_AT, KEY, TAT, rate_key
-
-logger = Logger(service=SERVICE_NAME, child=True)
 
 MICROS = 1_000_000
 _MICROSECOND = timedelta(microseconds=1)
@@ -194,13 +190,8 @@ class RateBuckets:
             if not granted:
                 return (tat - now - shape.tolerance) / MICROS
             bucket.busy = tat - granted * shape.interval > now
-            if shape.validity and self._micros() > now + shape.validity:
-                logger.warning(
-                    "rate token answered after its validity, not used",
-                    extra={"destination": destination, "validity_s": shape.validity / MICROS},
-                )
-                return shape.interval / MICROS
             bucket.taken.append(now)
+            # The rest of a lease is good until its validity from the request: none of it, if the answer came later.
             bucket.leased, bucket.lease_until, bucket.lease_shape = granted - 1, now + shape.validity, shape
         return 0.0
 
