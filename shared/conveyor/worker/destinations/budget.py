@@ -108,7 +108,8 @@ class RetryBudgets:
                             ":retries": {"N": str(int(counts.retries))},
                             ":expires_at": {"N": str(bucket.start + EXPIRY_WINDOWS * bucket.window)},
                         },
-                        ReturnValues="UPDATED_NEW",
+                        # The whole item: UPDATED_NEW may leave out a count this flush added nothing to.
+                        ReturnValues="ALL_NEW",
                     )["Attributes"]
                 except (ClientError, BotoCoreError):
                     logger.warning("retry budget counts kept for the next flush", scope=bucket.scope, exc_info=True)

@@ -206,3 +206,17 @@ def test_a_budget_that_cannot_be_read_allows_the_retry(table: str, clock: Clock,
         cut_off.count(SCOPE, WINDOW, retry=True)
     assert cut_off.allows_retry(SCOPE, BUDGET, WINDOW)
     assert "retry budget unreadable: allowing the retry" in logs.getvalue()
+
+
+def test_a_flush_of_retries_alone_keeps_the_first_attempts_other_workers_stored(
+    budgets: RetryBudgets, table: str, clock: Clock
+) -> None:
+    """The regression the demo found: a flush that added no first attempts read the bucket back without them."""
+    other = RetryBudgets(boto3.client("dynamodb"), table, clock=clock)
+    for _ in range(100):
+        other.count(SCOPE, WINDOW, retry=False)
+    other.flush()
+    budgets.count(SCOPE, WINDOW, retry=True)
+    budgets.flush()  # its copy of the bucket is now what this write returned
+    assert budgets.usage(SCOPE, WINDOW) == BudgetUsage(first=100, retries=1)
+    assert budgets.allows_retry(SCOPE, BUDGET, WINDOW)
