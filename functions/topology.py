@@ -7,8 +7,8 @@ capacity and a tight age objective, so a flood of `bulk` work can never delay a 
 schedules run periodic work: a nightly report on the Kyiv clock that catches up at most two
 missed nights, and an account sweep split into four shards that skips what it missed.
 The three providers the jobs call are destinations whose limits every worker shares: the
-payment gateway's per-currency rate and its breaker, the email provider's rate, and a cap on
-concurrent webhook deliveries (docs/limits.md).
+payment gateway's per-currency rate, its error-rate breaker and a retry budget; the email
+provider's rate; a cap on concurrent webhook deliveries and a breaker (docs/limits.md).
 """
 
 from datetime import timedelta
@@ -43,7 +43,6 @@ DESTINATIONS = (
     Destination(
         "payments",
         rate=RateLimit(50, per=timedelta(seconds=1), burst=10, key="currency"),
-        concurrency=20,
         # Open when half of at least 20 calls in a minute fail: the demo's 1-in-10 flaky charges never trip it.
         breaker=Breaker(error_rate=0.5, min_calls=20, window=timedelta(minutes=1), cool_down=timedelta(seconds=30)),
         retry_budget=0.5,
