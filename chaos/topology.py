@@ -5,6 +5,10 @@ What changes is time: a SIGKILLed or crashed worker leaves its received messages
 the queue's visibility timeout (6 x the function timeout, conveyor.contract.declarations.Queue),
 and a run that waits five minutes per kill measures nothing but waiting. With these timeouts a
 crashed child's in-flight messages come back within two minutes (120 s; 180 s on ``bulk``).
+
+The destinations keep their rate limits, caps and breakers, but not their retry budgets: the run
+injects transient failures at rates a budget exists to refuse, and its invariants expect every
+planned job to end as planned, not dead-lettered ``retry_budget_exhausted``.
 """
 
 from dataclasses import replace
@@ -57,7 +61,7 @@ TOPOLOGY = Topology(
     job_types=tuple(_job_type(job_type) for job_type in APP_TOPOLOGY.job_types),
     tables=APP_TOPOLOGY.tables,
     stream_rules=APP_TOPOLOGY.stream_rules,
-    destinations=APP_TOPOLOGY.destinations,
+    destinations=tuple(replace(destination, retry_budget=None) for destination in APP_TOPOLOGY.destinations),
     # No schedules: the local scheduler would fire them on the wall clock, adding jobs the run's
     # plan does not list at moments no seed decides; the scheduled job types stay, producible by hand.
     schedules=(),
