@@ -21,21 +21,12 @@ from conveyor.worker.destinations.state import destination_scope, queue_scope
 from tests.aws import Aws
 from tests.fixtures.limits_topology import EMAIL_RATE, PAYMENTS, WEBHOOKS_BREAKER, WEBHOOKS_CONCURRENCY
 from tests.fixtures.limits_topology import TOPOLOGY as LIMITS_TOPOLOGY
-
-NOW = 1_800_000_000.0
+from tests.unit.worker.destinations.limits_support import NOW, Clock
 
 
 @pytest.fixture
 def topology() -> Topology:
     return LIMITS_TOPOLOGY
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""What the rate and slot tests share: a clock moved by hand, request counts, and the rate bound itself."""
+"""What the tests of the shared limits share: a clock moved by hand, request counts, and the rate bound itself."""
 
 from collections import Counter
 from datetime import timedelta
@@ -6,6 +6,7 @@ from typing import Any
 
 from conveyor.contract.destinations import RateLimit
 
+# A multiple of every budget window, so a test's first minutes stay in one window bucket.
 NOW = 1_800_000_000.0
 
 

@@ -7,7 +7,6 @@ boto3 client.
 
 import io
 import threading
-from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -30,25 +29,12 @@ from conveyor.worker.destinations.breaker import (
 )
 from conveyor.worker.destinations.state import KEY, TRANSITIONS, breaker_key
 from tests.aws import Aws
+from tests.unit.worker.destinations.limits_support import NOW, Clock, counted
 
-NOW = 1_800_000_000.0
 DESTINATION = "webhooks"
 BREAKER = Breaker(failures=3, window=timedelta(minutes=1), cool_down=timedelta(seconds=30))
 COOL_DOWN = BREAKER.cool_down.total_seconds()
 CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
-
-
-class Clock:
-    """Epoch seconds that move only when told."""
-
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Service:
@@ -82,13 +68,6 @@ def moves(transitions: list[Transition]) -> list[tuple[BreakerState, BreakerStat
     return [(transition.old, transition.new) for transition in transitions]
 
 
-def counted(client: Any) -> Counter[str]:
-    """The DynamoDB operations ``client`` calls from now on, by name."""
-    calls: Counter[str] = Counter()
-    client.meta.events.register("before-call.dynamodb", lambda model, **_: calls.update([model.name]))
-    return calls
-
-
 def failing(client: Any, code: str = "InternalServerError") -> Callable[..., None]:
     """Make every DynamoDB request of ``client`` fail with ``code``, an error moto cannot produce."""
 
@@ -97,16 +76,6 @@ def failing(client: Any, code: str = "InternalServerError") -> Callable[..., Non
 
     client.meta.events.register("before-call.dynamodb", fail)
     return fail
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def table(aws: Aws) -> str:
-    return aws.provisioned.limits_table
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ boto3 client, flushing at the end of each batch as the harness does.
 """
 
 import io
-from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -24,35 +23,14 @@ from conveyor.worker.destinations.state import (
     queue_scope,
 )
 from tests.aws import Aws
+from tests.unit.worker.destinations.limits_support import NOW, Clock, counted
 
 WINDOW = timedelta(minutes=5)
 SECONDS = int(WINDOW.total_seconds())
-# The start of a window, so a test's first minutes stay in one bucket.
-NOW = 1_800_000_000.0
 SCOPE = destination_scope("payments")
 BUDGET = 0.1
 BATCH = 10
 MAX_ATTEMPTS = 3
-
-
-class Clock:
-    """Epoch seconds that move only when told."""
-
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def counted(client: Any) -> Counter[str]:
-    """The DynamoDB operations ``client`` calls from now on, by name."""
-    calls: Counter[str] = Counter()
-    client.meta.events.register("before-call.dynamodb", lambda model, **_: calls.update([model.name]))
-    return calls
 
 
 def fail_writes(model: Any, **_: Any) -> None:
@@ -61,16 +39,6 @@ def fail_writes(model: Any, **_: Any) -> None:
         raise ClientError(
             {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "injected"}}, "UpdateItem"
         )
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def table(aws: Aws) -> str:
-    return aws.provisioned.limits_table
 
 
 @pytest.fixture

@@ -13,26 +13,12 @@ from conveyor.worker.destinations.state import OVERRIDE_REFRESH_S
 from tests.aws import Aws
 from tests.fixtures.limits_topology import EMAIL, PAYMENTS, SEARCH
 from tests.fixtures.limits_topology import TOPOLOGY as LIMITS_TOPOLOGY
-
-NOW = 1_800_000_000.0
+from tests.unit.worker.destinations.limits_support import NOW, Clock
 
 
 @pytest.fixture
 def topology() -> Topology:
     return LIMITS_TOPOLOGY
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture

@@ -25,16 +25,6 @@ LEASING = RateLimit(100, burst=10)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def table(aws: Aws) -> str:
-    return aws.provisioned.limits_table
-
-
-@pytest.fixture
 def buckets(aws: Aws, table: str, clock: Clock) -> RateBuckets:
     return RateBuckets(aws.dynamodb, table, clock=clock)
 

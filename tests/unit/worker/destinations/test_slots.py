@@ -23,16 +23,6 @@ TTL = 30.0
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def table(aws: Aws) -> str:
-    return aws.provisioned.limits_table
-
-
-@pytest.fixture
 def semaphore(aws: Aws, table: str, clock: Clock) -> Slots:
     return Slots(aws.dynamodb, table, clock=clock)
 
