@@ -1,6 +1,8 @@
 """The whole suite in the order that keeps the rows apart: in-process rows first, then the local runtime's.
 
-The CPU and import rows run before any embedded AWS exists, so no server or poller thread shares
+The destinations' limits row counts requests on an in-process moto of its own, first: it needs no
+server, and its moto is gone (and its strict-mode hooks removed) before anything else runs. The
+CPU and import rows run before any embedded AWS exists, so no server or poller thread shares
 the process (or its CPU time) with them. Then one embedded AWS serves, in turn: the project's
 runtime idling, then running each job type's window; the throughput runs; Celery. Every request
 the runtime rows make is counted by one hook installed for them all (bench.counting).
@@ -14,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import celery_row, harness_cpu, idle, imports, profiles, throughput
+from bench import celery_row, harness_cpu, idle, imports, limits_row, profiles, throughput
 from bench.counting import RequestCounter, counting
 from bench.figures import Row
 from bench.local import embedded_aws, running, runtime_for, worker_log
@@ -26,7 +28,7 @@ from conveyor.local.embedded import EmbeddedAws
 from functions.topology import TOPOLOGY
 
 Progress = Callable[[str], None]
-# The rows in the report's order (issue 16's), by key and title.
+# The rows in the report's order (issue 16's, then issue 17's), by key and title.
 ROWS = (
     (profiles.KEY, profiles.TITLE),
     (idle.KEY, idle.TITLE),
@@ -34,6 +36,7 @@ ROWS = (
     (imports.KEY, imports.TITLE),
     (throughput.KEY, throughput.TITLE),
     (celery_row.KEY, celery_row.TITLE),
+    (limits_row.KEY, limits_row.TITLE),
 )
 
 
@@ -49,6 +52,8 @@ class Sizes:
     cpu_batches: int
     import_runs: int
     depths: tuple[int, ...]
+    # Calls of each destination-limits scenario (jobs, for the retry budget's batches).
+    limit_calls: int
 
 
 FULL = Sizes(
@@ -61,6 +66,7 @@ FULL = Sizes(
     cpu_batches=20,
     import_runs=9,
     depths=(100, 1_000),
+    limit_calls=1_000,
 )
 QUICK = Sizes(
     jobs_per_type=3,
@@ -72,6 +78,7 @@ QUICK = Sizes(
     cpu_batches=1,
     import_runs=1,
     depths=(10, 20),
+    limit_calls=20,
 )
 
 
@@ -99,6 +106,11 @@ class Suite:
 
     def run(self) -> tuple[Row, ...]:
         sizes = self._sizes
+        self._measure(
+            limits_row.KEY,
+            f"DynamoDB requests through destinations' limits, {sizes.limit_calls:,} calls a scenario",
+            lambda: limits_row.measure(calls=sizes.limit_calls),
+        )
         self._measure(imports.KEY, "cold import", lambda: imports.measure(runs=sizes.import_runs))
         self._measure(
             harness_cpu.KEY,
