@@ -284,11 +284,13 @@ class Harness:
             if self._scheduled:  # inside the idempotent call: a completed occurrence's duplicate never gets here
                 self._scheduled.begin(envelope)
             # The limit covers the handler only, never Powertools' own record writes around it.
-            # The declared destinations are taken first, inside the limit: a bounded wait for a token is job time.
-            with time_limit(budget), guard.declared():
+            # The declared destinations are taken first (a wait bounded by their max_wait), and their outcomes
+            # recorded and slots released after: the time limit covers the handler only.
+            with guard.declared():
                 snoozed = False
                 try:
-                    job_type.handler(payload, context)
+                    with time_limit(budget):
+                        job_type.handler(payload, context)
                 except Continued as continued:
                     logger.info("job continues in its next chunk", extra={"next_job_id": continued.next_job_id})
                 except Snooze:
@@ -391,6 +393,13 @@ class Harness:
         delay = job_type.retry.delay(delivery.attempt, self._rng)
         if isinstance(error, RetryableError) and error.retry_after is not None:
             delay = max(delay, error.retry_after)  # the service said when; never sooner than the backoff
+        left = job_type.retry.max_wall_time - (now - delivery.deadline_start(envelope.created_at))
+        if delay > left:
+            self._dead_letter(
+                record, delivery, now, reason=Reason.DEADLINE_EXCEEDED, error=error, envelope=envelope, started_at=now
+            )
+            return
+        # Only a retry that will be scheduled is put to the budgets (and counted by them).
         over = self._limits.admit_retry(job_type, guard.used)
         if over is not None and over.action is BudgetAction.DEAD_LETTER:
             self._dead_letter(
@@ -403,13 +412,8 @@ class Harness:
                 started_at=now,
             )
             return
-        if over is not None:  # declared to wait: the retry waits about one budget window instead
-            delay = max(delay, self._limits.budget_delay(over))
-        if now + delay - delivery.deadline_start(envelope.created_at) > job_type.retry.max_wall_time:
-            self._dead_letter(
-                record, delivery, now, reason=Reason.DEADLINE_EXCEEDED, error=error, envelope=envelope, started_at=now
-            )
-            return
+        if over is not None:  # declared to wait: the retry waits about one budget window, within its wall time
+            delay = max(delay, min(self._limits.budget_delay(over), left))
         self._set_visibility(record, delay)
         self._report(Kind.RETRIED, delivery, envelope, reason=kind.value, error=error, delay=delay, started_at=now)
         raise RetryScheduledError(f"attempt {delivery.attempt} failed; retry in {delay.total_seconds():.1f}s")

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from conveyor.contract.declarations import Queue, RetryPolicy
 from conveyor.contract.destinations import Breaker, BudgetAction, Destination, RateLimit
@@ -73,6 +74,18 @@ def careful(payload: Call, ctx: JobContext) -> None:
     ctx.call("flaky", lambda: _service(payload))
 
 
+@job(queue="work", destinations=("flaky", "pool"), retry=RETRY)
+def pooled_probe(payload: Call, ctx: JobContext) -> None:
+    _service(payload)
+
+
+@job(queue="work", retry=RETRY)
+def per_tenant(payload: Call, ctx: JobContext) -> None:
+    """Asks for its tenant's token around the call, the key read from the payload."""
+    with ctx.limit("tenant"):
+        _service(payload)
+
+
 @job(queue="work", destinations=("budgeted",), retry=RETRY)
 def budgeted(payload: Call, ctx: JobContext) -> None:
     _service(payload)
@@ -86,7 +99,7 @@ def patient(payload: Call, ctx: JobContext) -> None:
 NO_WAIT = timedelta(0)
 TOPOLOGY = Topology(
     queues=(Queue("work", age_objective=timedelta(minutes=5), function_timeout=timedelta(seconds=10)),),
-    job_types=(pay, pooled, fragile, careful, budgeted, patient),
+    job_types=(pay, pooled, fragile, careful, pooled_probe, per_tenant, budgeted, patient),
     destinations=(
         Destination("gateway", rate=RateLimit(1, per=timedelta(minutes=1)), max_wait=NO_WAIT),
         Destination("pool", concurrency=1, max_wait=NO_WAIT),
@@ -95,6 +108,7 @@ TOPOLOGY = Topology(
             breaker=Breaker(failures=BREAKER_FAILURES, window=timedelta(minutes=1), cool_down=COOL_DOWN),
             max_wait=NO_WAIT,
         ),
+        Destination("tenant", rate=RateLimit(1, per=timedelta(minutes=1), key="key"), max_wait=NO_WAIT),
         Destination("budgeted", retry_budget=BUDGET),
         Destination("patient", retry_budget=BUDGET, over_budget=BudgetAction.SNOOZE),
     ),
@@ -216,7 +230,8 @@ def test_with_the_service_failing_every_call_retries_stay_within_the_budget_and_
     retried = outcomes_of(work, Kind.RETRIED)
     exhausted = [r for r in outcomes_of(work, Kind.DEAD_LETTERED) if r == Reason.RETRY_BUDGET_EXHAUSTED]
     assert len(calls) == jobs
-    assert len(retried) <= BUDGET * jobs + budget.MIN_RETRIES_PER_WINDOW
+    # One worker sees every count: exactly the budget's share of first attempts, plus the floor.
+    assert len(retried) == int(BUDGET * jobs + budget.MIN_RETRIES_PER_WINDOW)
     assert len(retried) + len(exhausted) == jobs
     letters = work.dead_letters()
     assert {letter.attributes["conveyor.reason"] for letter in letters} == {Reason.RETRY_BUDGET_EXHAUSTED}
@@ -261,3 +276,66 @@ def test_destination_metrics_name_the_destination_and_the_reason(
         ("flaky", SnoozeReason.BREAKER_OPEN),
     }
     assert any(d.get(BREAKER_OPEN) == [1.0] and d["destination"] == "flaky" for d in documents)
+
+
+def throttle_limits_table(work: QueueDriver, operation: str) -> None:
+    """The limits table answers ``operation`` with a throttle, which moto cannot produce."""
+    table = work.aws.provisioned.limits_table
+
+    def refuse(params: dict[str, Any], **_: Any) -> None:
+        if params.get("TableName") == table:
+            raise ClientError(
+                {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "injected"}}, operation
+            )
+
+    work.aws.dynamodb.meta.events.register(f"before-parameter-build.dynamodb.{operation}", refuse)
+
+
+def test_a_limits_table_that_fails_snoozes_the_job_before_it_runs_spending_no_attempt(
+    work: QueueDriver, calls: list[str]
+) -> None:
+    throttle_limits_table(work, "UpdateItem")
+    work.send(body("pay", "while-throttled"))
+    assert work.run(work.receive_one()) == []
+    assert calls == []
+    assert outcomes_of(work, Kind.SNOOZED) == [SnoozeReason.RATE_LIMITED]
+    assert outcomes_of(work, Kind.RETRIED) == []
+
+
+def test_an_override_that_cannot_be_read_leaves_the_declaration_in_force_and_the_job_succeeds(
+    work: QueueDriver, calls: list[str]
+) -> None:
+    throttle_limits_table(work, "GetItem")
+    work.send(body("pay", "runs"))
+    assert work.run(work.receive_one()) == []
+    assert calls == ["runs"]
+    assert [outcome.kind for outcome in work.outcomes] == [Kind.SUCCEEDED]
+
+
+def test_a_job_refused_a_slot_takes_no_half_open_probe_so_the_next_one_probes(
+    work: QueueDriver, aws: Aws, calls: list[str]
+) -> None:
+    for index in range(BREAKER_FAILURES):
+        work.send(body("fragile", f"fails-{index}", fail=True))
+        work.run(work.receive_one())
+    work.now += COOL_DOWN + timedelta(seconds=1)
+    slots = Slots(aws.dynamodb, aws.provisioned.limits_table)
+    assert slots.acquire("pool", 1, "another-worker", expires_at=work.now.timestamp() + 60)
+
+    work.send(body("pooled_probe", "no-slot"))
+    work.run(work.receive_one())
+    assert outcomes_of(work, Kind.SNOOZED) == [SnoozeReason.CONCURRENCY_LIMITED]
+
+    slots.release("pool", "another-worker")
+    work.send(body("fragile", "probe"))
+    assert work.run(work.receive_one()) == []
+    assert calls[-1] == "probe"
+    assert Breakers(aws.dynamodb, aws.provisioned.limits_table).read("flaky").state is BreakerState.CLOSED
+
+
+def test_ctx_limit_takes_each_tenants_own_token_from_the_payload(work: QueueDriver, calls: list[str]) -> None:
+    for key in ("tenant-a", "tenant-b", "tenant-a"):
+        work.send(body("per_tenant", key))
+        work.run(work.receive_one())
+    assert calls == ["tenant-a", "tenant-b"]  # one token a minute per tenant: b is not held up by a
+    assert outcomes_of(work, Kind.SNOOZED) == [SnoozeReason.RATE_LIMITED]

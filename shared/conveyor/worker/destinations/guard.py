@@ -26,6 +26,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
 from conveyor.contract.declarations import JobType, Queue
@@ -57,6 +58,8 @@ SLOT_SNOOZE = timedelta(seconds=5)
 SLOT_POLL_S = 0.05
 # SQS delays in whole seconds: a snooze shorter than this would come straight back.
 MIN_SNOOZE = timedelta(seconds=1)
+# When the limits table itself fails, the job comes back after about this long, jittered.
+TABLE_SNOOZE = timedelta(seconds=2)
 # A slot outlives its holder's deadline by this much: long enough for the harness's own calls after
 # the job, short enough that a worker which died frees it soon after its invocation would have ended.
 SLOT_MARGIN_S = 5.0
@@ -119,14 +122,13 @@ class DestinationLimits:
         lets the retry through, later: it is counted and returned, for the harness to delay it.
         """
         scopes = self._budget_scopes(job_type, used)
-        over = next(
-            (
-                OverBudget(scope, action, window)
-                for scope, budget, window, action in scopes
-                if not self.budgets.allows_retry(scope, budget, window)
-            ),
-            None,
-        )
+        refusing = [
+            OverBudget(scope, action, window)
+            for scope, budget, window, action in scopes
+            if not self.budgets.allows_retry(scope, budget, window)
+        ]
+        # A budget declared to dead-letter outranks one declared to wait.
+        over = min(refusing, key=lambda o: o.action is not BudgetAction.DEAD_LETTER, default=None)
         if over is None or over.action is BudgetAction.SNOOZE:
             for scope, _, window, _ in scopes:
                 self.budgets.count(scope, window, retry=True)
@@ -199,11 +201,12 @@ class DestinationLimits:
 
 @dataclass
 class _Held:
-    """A destination this run holds: its slot (if taken), whether the pre-run token is still unused, a probe."""
+    """A destination this run holds (as in force when taken): its slot, whether the pre-run token is unused, a probe."""
 
+    destination: Destination
     slot: str | None
-    token_unused: bool
-    probe: bool
+    token_unused: bool = True
+    probe: bool = False
     calls: int = 0
 
 
@@ -234,6 +237,10 @@ class JobGuard:
         with ExitStack() as held:
             for name in self.job_type.destinations:
                 held.enter_context(self._hold(name))
+            # The breakers last, once every slot and token is had: a half-open probe permit taken before a
+            # limit refused the job would be held by no one until it expired.
+            for name in self.job_type.destinations:
+                self._held[name].probe = self._admit(self._held[name].destination)
             started = time.monotonic()
             try:
                 yield
@@ -249,47 +256,45 @@ class JobGuard:
         for name in self.job_type.destinations:
             held = self._held[name]
             if held.calls == 0:
-                self._outcome(name, error, seconds, probe=held.probe)
+                self._outcome(held.destination, error, seconds, probe=held.probe)
 
     @contextmanager
     def _hold(self, name: str) -> Iterator[None]:
-        """Breaker, slot and one token of a declared destination, held until the run ends."""
+        """The slot and one token of a declared destination, held until the run ends."""
         destination = self.limits.destination(name)
-        probe = self._admit(destination)
         slot = self._take_slot(destination)
         try:
             self._take_token(destination, None)
-            self._held[name] = _Held(slot=slot, token_unused=True, probe=probe)
+            self._held[name] = _Held(destination, slot=slot)
             yield
         finally:
             self._release(destination, slot)
 
     @contextmanager
     def limit(self, destination: str, *, key: str | None = None) -> Iterator[None]:
-        declaration = self.limits.destination(destination)
         self._used.add(destination)
         held = self._held.get(destination)
-        if held:  # admitted before the run: its first call is the probe, if it was one
-            probe, held.probe = held.probe, False
-        else:
-            probe = self._admit(declaration)
+        declaration = held.destination if held else self.limits.destination(destination)
         slot = None if held else self._take_slot(declaration)
         try:
             if held and held.token_unused and key is None:
                 held.token_unused = False
             else:
                 self._take_token(declaration, key)
-            if held:
+            if held:  # admitted before the run: its first call is the probe, if it was one
+                probe, held.probe = held.probe, False
                 held.calls += 1
+            else:
+                probe = self._admit(declaration)
             started = time.monotonic()
             try:
                 yield
             except Snooze:
                 raise
             except BaseException as error:
-                self._outcome(destination, error, time.monotonic() - started, probe=probe)
+                self._outcome(declaration, error, time.monotonic() - started, probe=probe)
                 raise
-            self._outcome(destination, None, time.monotonic() - started, probe=probe)
+            self._outcome(declaration, None, time.monotonic() - started, probe=probe)
         finally:
             self._release(declaration, slot)
 
@@ -309,12 +314,17 @@ class JobGuard:
         return admission.probe
 
     def _take_slot(self, destination: Destination) -> str | None:
-        if destination.concurrency is None:
+        cap = destination.concurrency
+        if cap is None:
             return None
         holder = f"{self.job_id}#{uuid.uuid4().hex[:12]}"
         expires_at = self.deadline + SLOT_MARGIN_S
+
+        def acquire() -> bool:
+            return self.limits.slots.acquire(destination.name, cap, holder, expires_at=expires_at)
+
         waited = 0.0
-        while not self.limits.slots.acquire(destination.name, destination.concurrency, holder, expires_at=expires_at):
+        while not self._limits_table(SnoozeReason.CONCURRENCY_LIMITED, destination, acquire):
             if not self.limits.wait_within(destination, waited, SLOT_POLL_S, self.deadline):
                 raise self.limits.throttle(SnoozeReason.CONCURRENCY_LIMITED, destination.name, SLOT_SNOOZE)
             waited += SLOT_POLL_S
@@ -324,21 +334,42 @@ class JobGuard:
         rate = destination.rate
         if rate is None:
             return
-        key_value = key if key is not None else (str(getattr(self.payload, rate.key)) if rate.key else None)
+        if key is None and rate.key is not None:  # a payload without the value shares the destination's bucket
+            found = getattr(self.payload, rate.key, None)
+            key = None if found is None else str(found)
         waited = 0.0
-        while (wait := self.limits.rates.acquire(destination.name, rate, key_value=key_value)) > 0:
+        while (
+            wait := self._limits_table(
+                SnoozeReason.RATE_LIMITED,
+                destination,
+                lambda: self.limits.rates.acquire(destination.name, rate, key_value=key),
+            )
+        ) > 0:
             if not self.limits.wait_within(destination, waited, wait, self.deadline):
                 raise self.limits.throttle(SnoozeReason.RATE_LIMITED, destination.name, timedelta(seconds=wait))
             waited += wait
+
+    def _limits_table(self, reason: SnoozeReason, destination: Destination, take: Callable[[], T]) -> T:
+        """``take()`` from the limits table; when the table fails (throttled, unreachable), Throttled.
+
+        Neither failing open (calling a service whose limit cannot be read) nor spending an attempt
+        on the table's trouble: the job is snoozed, before its handler ran, for a short while.
+        """
+        try:
+            return take()
+        except (ClientError, BotoCoreError) as error:
+            logger.warning(
+                "limits table unavailable; job snoozed", extra={"destination": destination.name}, exc_info=error
+            )
+            raise self.limits.throttle(reason, destination.name, TABLE_SNOOZE) from error
 
     def _release(self, destination: Destination, slot: str | None) -> None:
         if slot is not None:
             self.limits.slots.release(destination.name, slot)
 
-    def _outcome(self, name: str, error: BaseException | None, seconds: float, *, probe: bool) -> None:
+    def _outcome(self, destination: Destination, error: BaseException | None, seconds: float, *, probe: bool) -> None:
         """One call's outcome: its metrics, and the breaker's count when the service failed it."""
         failed = error is not None and classify(error, self.job_type) in SERVICE_FAILURES
-        self.limits.metrics.call(name, failed=failed, seconds=seconds)
-        destination = self.limits.destination(name)
+        self.limits.metrics.call(destination.name, failed=failed, seconds=seconds)
         if destination.breaker is not None:
-            self.limits.breakers.record(name, destination.breaker, ok=not failed, probe=probe)
+            self.limits.breakers.record(destination.name, destination.breaker, ok=not failed, probe=probe)

@@ -13,7 +13,11 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from aws_lambda_powertools import Logger
+from botocore.exceptions import BotoCoreError, ClientError
+
 from conveyor.contract.destinations import Destination, RateLimit
+from conveyor.contract.settings import SERVICE_NAME
 from conveyor.worker.destinations.state import (
     BURST,
     CONCURRENCY,
@@ -26,6 +30,8 @@ from conveyor.worker.destinations.state import (
     SET_BY,
     override_key,
 )
+
+logger = Logger(service=SERVICE_NAME)
 
 # Every attribute of an override item but its key; one with neither RATE nor CONCURRENCY is no override.
 _ATTRIBUTES = (RATE, PER_S, BURST, CONCURRENCY, SET_BY, SET_AT, REASON)
@@ -64,10 +70,17 @@ class Overrides:
         cached = self._cache.get(destination)
         if cached is not None and now - cached[0] < OVERRIDE_REFRESH_S:
             return cached[1]
-        item = self._dynamodb.get_item(
-            TableName=self._table, Key={KEY: {"S": override_key(destination)}}, ConsistentRead=True
-        ).get("Item")
-        found = _override(item) if item and (RATE in item or CONCURRENCY in item) else None
+        try:
+            item = self._dynamodb.get_item(
+                TableName=self._table, Key={KEY: {"S": override_key(destination)}}, ConsistentRead=True
+            ).get("Item")
+        except (ClientError, BotoCoreError):
+            # An unreadable override keeps the one last read (or the declaration) until the next refresh:
+            # a throttled table must not fail a job, least of all one whose handler already ran.
+            logger.warning("override unreadable: keeping the last one read", destination=destination, exc_info=True)
+            found = cached[1] if cached is not None else None
+        else:
+            found = _override(item) if item and (RATE in item or CONCURRENCY in item) else None
         self._cache[destination] = (now, found)
         return found
 
