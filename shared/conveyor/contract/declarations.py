@@ -113,12 +113,7 @@ class Queue:
 
     def __post_init__(self) -> None:
         where = f"queue {self.name!r}"
-        check_retry_budget(self.retry_budget, where)
-        require(
-            timedelta(minutes=1) <= self.budget_window <= timedelta(hours=1),
-            where,
-            f"budget_window must be between 1min and 1h, got {format_duration(self.budget_window)}",
-        )
+        check_retry_budget(self.retry_budget, self.budget_window, where)
         require(self.name not in naming.OWN_QUEUES, where, "the name is reserved for one of Conveyor's own queues")
         require(
             0 < self.max_retry_rate < 1, where, f"max_retry_rate must lie between 0 and 1, got {self.max_retry_rate}"

@@ -145,9 +145,9 @@ class Destination:
     ``concurrency`` caps calls in flight at once (slots that expire with the holder's invocation,
     so a worker that dies does not hold one for ever). ``retry_budget`` bounds retries to that share
     of first attempts over ``budget_window``; over it, a transient failure is dead-lettered with
-    reason ``retry_budget_exhausted`` (or, with ``over_budget=BudgetAction.SNOOZE``, snoozed for the
-    window). ``max_wait`` is how long a worker may wait in process for a token or slot before it
-    snoozes the job instead: Lambda bills waiting as working.
+    reason ``retry_budget_exhausted`` (or, with ``over_budget=BudgetAction.SNOOZE``, retried about a
+    window later, spending its attempt). ``max_wait`` is how long a worker may wait in process for a
+    token, and for a slot, before it snoozes the job instead: Lambda bills waiting as working.
     """
 
     name: str
@@ -176,12 +176,7 @@ class Destination:
         )
         if self.breaker is not None:
             self.breaker.check(where)
-        check_retry_budget(self.retry_budget, where)
-        require(
-            timedelta(minutes=1) <= self.budget_window <= timedelta(hours=1),
-            where,
-            f"budget_window must be between 1min and 1h, got {format_duration(self.budget_window)}",
-        )
+        check_retry_budget(self.retry_budget, self.budget_window, where)
         require(
             timedelta(0) <= self.max_wait <= timedelta(seconds=5),
             where,
@@ -200,10 +195,15 @@ class Destination:
         return ", ".join(parts)
 
 
-def check_retry_budget(budget: float | None, where: str) -> None:
-    """A retry budget is a share of first attempts: in (0, 1]."""
+def check_retry_budget(budget: float | None, window: timedelta, where: str) -> None:
+    """A retry budget is a share of first attempts, in (0, 1], over a window of a minute to an hour."""
     require(
         budget is None or (not isinstance(budget, bool) and 0 < budget <= 1),
         where,
         f"retry_budget must lie in (0, 1], got {budget!r}",
+    )
+    require(
+        timedelta(minutes=1) <= window <= timedelta(hours=1),
+        where,
+        f"budget_window must be between 1min and 1h, got {format_duration(window)}",
     )

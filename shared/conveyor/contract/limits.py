@@ -96,8 +96,7 @@ LOGS_MAX_BATCH_EVENTS = 10_000
 
 # https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html
 # "For alarms with a period of less than one hour (3,600 seconds), the total evaluation period can't
-# be longer than one day (86,400 seconds)": period x EvaluationPeriods.
-CLOUDWATCH_SHORT_PERIOD = timedelta(hours=1)
+# be longer than one day (86,400 seconds)": period x EvaluationPeriods. Conveyor's alarms use 1-minute periods.
 CLOUDWATCH_MAX_SHORT_PERIOD_RANGE = timedelta(days=1)
 
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Constraints.html#limits-partition-sort-keys

@@ -36,4 +36,3 @@ class SnoozeReason(StrEnum):
     RATE_LIMITED = "rate_limited"
     CONCURRENCY_LIMITED = "concurrency_limited"
     BREAKER_OPEN = "breaker_open"
-    RETRY_BUDGET_EXHAUSTED = "retry_budget_exhausted"
