@@ -232,7 +232,9 @@ class JobGuard:
         """Around the handler: take every declared destination first, and record the run as their call.
 
         Nothing is taken if one cannot be had: what was already held is released before ``Throttled``
-        leaves, so a snoozed job holds no slot while it waits.
+        leaves, so a snoozed job holds no slot while it waits. (A job declaring two destinations whose
+        breakers are both half-open may take the first's probe and be refused by the second; that
+        probe is handed out again once it times out, conveyor.worker.destinations.breaker.)
         """
         with ExitStack() as held:
             for name in self.job_type.destinations:
