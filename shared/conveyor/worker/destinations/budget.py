@@ -38,6 +38,10 @@ logger = Logger(service=SERVICE_NAME)
 MIN_RETRIES_PER_WINDOW = 10.0
 # How stale a worker's copy of a scope's stored counts may be: one read per scope per worker this often.
 USAGE_REFRESH_S = 1.0
+# A stored copy not refreshed for this long is of a bucket no window reaches any more (a window is at
+# most an hour, and a bucket in use is read again every USAGE_REFRESH_S): forgotten, so a long-lived
+# worker keeps only the buckets it uses.
+FORGET_AFTER_S = 2 * 3600.0
 # A bucket is counted into for one window and read as the previous one for the next; its item expires
 # (DynamoDB TTL, which deletes lazily and is never relied on) a window after that.
 EXPIRY_WINDOWS = 3
@@ -176,6 +180,8 @@ class RetryBudgets:
             with self._lock:
                 for key in read:
                     self._stored[key] = (now, found.get(key, _Counts()))
+                for key in [key for key, (at, _) in self._stored.items() if now - at > FORGET_AFTER_S]:
+                    del self._stored[key]
                 copies = {bucket: self._stored.get(bucket.key) for bucket in copies}
         return {bucket: _Counts() if copy is None else copy[1] for bucket, copy in copies.items()}
 

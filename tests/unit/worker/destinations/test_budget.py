@@ -12,7 +12,13 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from conveyor.worker.destinations.budget import MIN_RETRIES_PER_WINDOW, USAGE_REFRESH_S, BudgetUsage, RetryBudgets
+from conveyor.worker.destinations.budget import (
+    FORGET_AFTER_S,
+    MIN_RETRIES_PER_WINDOW,
+    USAGE_REFRESH_S,
+    BudgetUsage,
+    RetryBudgets,
+)
 from conveyor.worker.destinations.state import (
     EXPIRES_AT,
     FIRST,
@@ -188,3 +194,14 @@ def test_a_flush_of_retries_alone_keeps_the_first_attempts_other_workers_stored(
     budgets.flush()  # its copy of the bucket is now what this write returned
     assert budgets.usage(SCOPE, WINDOW) == BudgetUsage(first=100, retries=1)
     assert budgets.allows_retry(SCOPE, BUDGET, WINDOW)
+
+
+def test_a_long_lived_worker_forgets_the_buckets_no_window_reaches(budgets: RetryBudgets, clock: Clock) -> None:
+    budgets.usage(SCOPE, WINDOW)
+    first_buckets = len(budgets._stored)
+    for _ in range(48):  # four hours of five-minute windows, read once each
+        clock.advance(SECONDS)
+        budgets.usage(SCOPE, WINDOW)
+    assert first_buckets == 2
+    # The current and previous buckets, and those read within FORGET_AFTER_S: not one per window since the start.
+    assert len(budgets._stored) <= 2 + FORGET_AFTER_S / SECONDS
