@@ -42,6 +42,17 @@ _MAX_EXPONENT = 62
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 
 
+def full_jitter(attempt: int, base: timedelta, cap: timedelta, rng: random.Random) -> timedelta:
+    """Backoff after failed attempt ``attempt`` (1-based): uniform in [0, min(cap, base * 2**(attempt-1))].
+
+    Full jitter spreads a burst of failures evenly instead of retrying them in lockstep
+    (AWS Architecture Blog, "Exponential Backoff And Jitter").
+    """
+    exponent = min(attempt - 1, _MAX_EXPONENT)
+    ceiling = min(cap.total_seconds(), base.total_seconds() * 2**exponent)
+    return timedelta(seconds=rng.uniform(0, ceiling))
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How often and how far apart the harness retries a job before dead-lettering it.
@@ -56,14 +67,8 @@ class RetryPolicy:
     max_wall_time: timedelta = timedelta(hours=24)
 
     def delay(self, attempt: int, rng: random.Random) -> timedelta:
-        """Backoff after failed attempt ``attempt`` (1-based): uniform in [0, min(cap, base * 2**(attempt-1))].
-
-        Full jitter spreads a burst of failures evenly instead of retrying them in lockstep
-        (AWS Architecture Blog, "Exponential Backoff And Jitter").
-        """
-        exponent = min(attempt - 1, _MAX_EXPONENT)
-        ceiling = min(self.cap.total_seconds(), self.base.total_seconds() * 2**exponent)
-        return timedelta(seconds=rng.uniform(0, ceiling))
+        """Backoff after failed attempt ``attempt`` (1-based), with full jitter (``full_jitter``)."""
+        return full_jitter(attempt, self.base, self.cap, rng)
 
     def check(self, where: str) -> None:
         require(

@@ -52,6 +52,7 @@ from urllib3.exceptions import TimeoutError as Urllib3TimeoutError
 from urllib3.util.retry import Retry
 
 from conveyor.contract import limits
+from conveyor.contract.declarations import full_jitter
 from conveyor.contract.errors import PermanentError, RetryableError, require
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.settings import SERVICE_NAME
@@ -343,8 +344,8 @@ class HttpClient:
         """The wait before the next attempt: full jitter, and no sooner than a Retry-After; None if too long."""
         if retry_after is not None and retry_after > self.policy.max_retry_after:
             return None
-        ceiling = min(self.policy.backoff_cap, self.policy.backoff_base * 2**attempt)
-        jittered = timedelta(seconds=self._rng.uniform(0, ceiling.total_seconds()))
+        # ``attempt`` counts from 0 here, from 1 in full_jitter.
+        jittered = full_jitter(attempt + 1, self.policy.backoff_base, self.policy.backoff_cap, self._rng)
         return max(jittered, retry_after) if retry_after is not None else jittered
 
 
