@@ -5,6 +5,7 @@ the provisioned limits table. Assertions are on what an operator sees: which han
 outcomes and their reasons, what was re-sent and with which delay, the DLQ, the EMF lines.
 """
 
+import io
 import json
 from collections.abc import Iterator
 from datetime import timedelta
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from conveyor.contract.declarations import Queue, RetryPolicy
+from conveyor.contract.declarations import JobType, Queue, RetryPolicy
 from conveyor.contract.destinations import Breaker, BudgetAction, Destination, RateLimit
 from conveyor.contract.errors import RetryableError
 from conveyor.contract.job_context import JobContext
@@ -52,14 +53,20 @@ def _service(payload: Call) -> None:
 RETRY = RetryPolicy(max_attempts=5, base=timedelta(seconds=1), cap=timedelta(seconds=10))
 
 
-@job(queue="work", destinations=("gateway",), retry=RETRY)
-def pay(payload: Call, ctx: JobContext) -> None:
-    _service(payload)
+def declaring(name: str, *destinations: str) -> JobType[Call]:
+    """A job type that declares ``destinations`` and makes one call to the service: the run is their call."""
+
+    def handler(payload: Call, ctx: JobContext) -> None:
+        _service(payload)
+
+    return job(name, queue="work", model=Call, destinations=destinations, retry=RETRY)(handler)
 
 
-@job(queue="work", destinations=("pool",), retry=RETRY)
-def pooled(payload: Call, ctx: JobContext) -> None:
-    _service(payload)
+pay = declaring("pay", "gateway")
+pooled = declaring("pooled", "pool")
+pooled_probe = declaring("pooled_probe", "flaky", "pool")
+budgeted = declaring("budgeted", "budgeted")
+patient = declaring("patient", "patient")
 
 
 @job(queue="work", retry=RETRY)
@@ -74,9 +81,10 @@ def careful(payload: Call, ctx: JobContext) -> None:
     ctx.call("flaky", lambda: _service(payload))
 
 
-@job(queue="work", destinations=("flaky", "pool"), retry=RETRY)
-def pooled_probe(payload: Call, ctx: JobContext) -> None:
-    _service(payload)
+@job(queue="work", retry=RETRY)
+def stray(payload: Call, ctx: JobContext) -> None:
+    """Calls a destination nobody declared: a bug in the job, which a deploy fixes."""
+    ctx.call("nowhere", lambda: _service(payload))
 
 
 @job(queue="work", retry=RETRY)
@@ -86,20 +94,10 @@ def per_tenant(payload: Call, ctx: JobContext) -> None:
         _service(payload)
 
 
-@job(queue="work", destinations=("budgeted",), retry=RETRY)
-def budgeted(payload: Call, ctx: JobContext) -> None:
-    _service(payload)
-
-
-@job(queue="work", destinations=("patient",), retry=RETRY)
-def patient(payload: Call, ctx: JobContext) -> None:
-    _service(payload)
-
-
 NO_WAIT = timedelta(0)
 TOPOLOGY = Topology(
     queues=(Queue("work", age_objective=timedelta(minutes=5), function_timeout=timedelta(seconds=10)),),
-    job_types=(pay, pooled, fragile, careful, pooled_probe, per_tenant, budgeted, patient),
+    job_types=(pay, pooled, fragile, careful, pooled_probe, stray, per_tenant, budgeted, patient),
     destinations=(
         Destination("gateway", rate=RateLimit(1, per=timedelta(minutes=1)), max_wait=NO_WAIT),
         Destination("pool", concurrency=1, max_wait=NO_WAIT),
@@ -339,3 +337,15 @@ def test_ctx_limit_takes_each_tenants_own_token_from_the_payload(work: QueueDriv
         work.run(work.receive_one())
     assert calls == ["tenant-a", "tenant-b"]  # one token a minute per tenant: b is not held up by a
     assert outcomes_of(work, Kind.SNOOZED) == [SnoozeReason.RATE_LIMITED]
+
+
+def test_a_call_to_an_undeclared_destination_fails_the_run_naming_it_without_calling(
+    work: QueueDriver, calls: list[str], logs: io.StringIO
+) -> None:
+    work.send(body("stray", "never-sent"))
+    assert len(work.run(work.receive_one())) == 1  # retried, as any unclassified error: a deploy fixes it
+    assert calls == []
+    assert outcomes_of(work, Kind.RETRIED) == ["unexpected"]
+    assert "destination 'nowhere' is not declared (declared: budgeted, flaky, gateway, patient, pool, tenant)" in (
+        logs.getvalue()
+    )

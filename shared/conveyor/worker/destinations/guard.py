@@ -274,9 +274,9 @@ class JobGuard:
 
     @contextmanager
     def limit(self, destination: str, *, key: str | None = None) -> Iterator[None]:
-        self._used.add(destination)
         held = self._held.get(destination)
         declaration = held.destination if held else self.limits.destination(destination)
+        self._used.add(destination)  # once known declared: the budgets read every destination used
         slot = None if held else self._take_slot(declaration)
         try:
             if held and held.token_unused and key is None:
