@@ -7,6 +7,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from conveyor.worker.relay import FAILED, POISONED, RELAYED
 from infra.destination_monitoring import ROW_WIDTH, DestinationMonitoring, error_rate_graph
 from infra.job_metrics import PERIOD
 from infra.outbox_relay import ITERATOR_AGE_THRESHOLD, MILLISECONDS, OutboxRelay
@@ -24,7 +25,8 @@ class JobsDashboard(Construct):
             self.dashboard.add_widgets(*row)
 
     def add_relays(self, relays: Sequence[OutboxRelay], dlq: sqs.IQueue) -> None:
-        """One row for every stream relay: how far behind each is, its errors, and the relay DLQ."""
+        """Two rows for every stream relay: how far behind each is, its errors and the relay DLQ; then what each
+        relayed, dead-lettered and gave back for Lambda to retry (the relay's own metrics)."""
         self.dashboard.add_widgets(cloudwatch.TextWidget(markdown="## Stream relays", width=3 * WIDGET_WIDTH, height=1))
         threshold_ms = ITERATOR_AGE_THRESHOLD.total_seconds() * MILLISECONDS
         self.dashboard.add_widgets(
@@ -44,6 +46,20 @@ class JobsDashboard(Construct):
                 left=[dlq.metric_approximate_number_of_messages_visible(period=PERIOD)],
                 width=WIDGET_WIDTH,
             ),
+        )
+        self.dashboard.add_widgets(
+            *(
+                cloudwatch.GraphWidget(
+                    title=title,
+                    left=[relay.records(name).with_(label=relay.source) for relay in relays],
+                    width=WIDGET_WIDTH,
+                )
+                for title, name in (
+                    ("relays: jobs relayed", RELAYED),
+                    ("relays: poison records dead-lettered", POISONED),
+                    ("relays: records given back to retry", FAILED),
+                )
+            )
         )
 
     def add_schedules(self, schedules: Schedules) -> None:

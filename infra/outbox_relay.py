@@ -25,6 +25,7 @@ from conveyor.contract import naming, relay_mapping
 from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
 from conveyor.contract.settings import METRICS_NAMESPACE, SERVICE_NAME
 from conveyor.sdk import outbox
+from conveyor.worker import relay as relay_metrics
 from infra.job_queue import DLQ_DEPTH_THRESHOLD, DLQ_RETENTION, METRIC_PERIOD
 from infra.worker_package import ARCHITECTURE, RUNTIME, WorkerPackage
 
@@ -214,6 +215,16 @@ class OutboxRelay(Construct):
     def iterator_age(self) -> cloudwatch.Metric:
         """How old the last record of each batch was when the relay got it, in milliseconds."""
         return self.function.metric("IteratorAge", statistic="Maximum", period=METRIC_PERIOD)
+
+    def records(self, name: str) -> cloudwatch.Metric:
+        """One of the relay's own EMF counts (``conveyor.worker.relay``: Relayed, RelayPoisoned, RelayFailed)."""
+        return cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name=name,
+            dimensions_map={relay_metrics.SOURCE_DIMENSION: self.source},
+            statistic="Sum",
+            period=METRIC_PERIOD,
+        )
 
     def grant_enqueue(self, function: lambda_.Function) -> None:
         """Let a function enqueue through the outbox: its table name in the environment, and PutItem."""

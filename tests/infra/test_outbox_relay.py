@@ -275,6 +275,23 @@ def test_dashboard_shows_the_relays_and_their_dlq(stream_synthesized: Synthesize
         assert f"${{{stream_synthesized.of_relay(source).function}}}" in body
 
 
+def test_dashboard_graphs_what_each_relay_relayed_poisoned_and_gave_back(stream_synthesized: Synthesized) -> None:
+    (dashboard,) = stream_synthesized.template.find_resources("AWS::CloudWatch::Dashboard").values()
+    widgets = json.loads(render(dashboard["Properties"]["DashboardBody"]))["widgets"]
+    graphs = {widget["properties"].get("title"): widget["properties"] for widget in widgets}
+    for title, metric in (
+        ("relays: jobs relayed", "Relayed"),
+        ("relays: poison records dead-lettered", "RelayPoisoned"),
+        ("relays: records given back to retry", "RelayFailed"),
+    ):
+        # The relay's EMF metric, per source, summed per minute: [namespace, name, dimension, value, options].
+        lines = graphs[title]["metrics"]
+        assert [line[:4] for line in lines] == [
+            ["Conveyor", metric, "source", source] for source in (OUTBOX_SOURCE, ORDERS.name)
+        ]
+        assert all(line[4]["stat"] == "Sum" and line[4]["period"] == 60 for line in lines)
+
+
 def test_only_the_outbox_relay_creates_its_table() -> None:
     stack = Stack(App(), "Misuse")
     unused = cast(Any, None)
