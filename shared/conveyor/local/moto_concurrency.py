@@ -17,6 +17,10 @@ lock too, and a long-polling receive waits for messages with the lock released (
 it, notified whenever a message is added, and timed to when the next hidden one reappears), so
 waiting never blocks the other requests.
 
+One gap beside concurrency is closed here too, because every embedded AWS installs this module: moto's
+SendMessageBatch drops each entry's ``MessageSystemAttributes``, so a batched job (the SDK's, the outbox
+relay's) would lose the producer's ``AWSTraceHeader`` that AWS keeps; it is put back on the stored messages.
+
 Process-wide, so it holds for the embedded server's threads and for in-process ``mock_aws``.
 """
 
@@ -139,6 +143,18 @@ def _notifying(add_message: Callable[[Any, Any], None]) -> Callable[[Any, Any], 
     return add
 
 
+def _keeping_trace_headers(send_message_batch: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(send_message_batch)
+    def send(backend: Any, queue_name: str, entries: dict[str, dict[str, Any]]) -> Any:
+        messages, failed = send_message_batch(backend, queue_name, entries)
+        by_id = {entry["Id"]: entry for entry in entries.values()}
+        for message in messages:
+            message.system_attributes = by_id[message.user_id].get("MessageSystemAttributes")
+        return messages, failed
+
+    return send
+
+
 def install() -> None:
     """Serialise moto's DynamoDB and SQS operations (long polls wait outside the lock); idempotent.
 
@@ -151,11 +167,12 @@ def install() -> None:
         from moto.core.utils import camelcase_to_underscores
         from moto.dynamodb.responses import DynamoHandler
         from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
-        from moto.sqs.models import Queue
+        from moto.sqs.models import Queue, SQSBackend
         from moto.sqs.responses import SQSResponse
 
         Queue.wait_for_messages = _wait_for_messages  # type: ignore[method-assign,assignment]
         Queue.add_message = _notifying(Queue.add_message)  # type: ignore[method-assign,assignment]
+        SQSBackend.send_message_batch = _keeping_trace_headers(SQSBackend.send_message_batch)  # type: ignore[method-assign]
 
         session = get_session()
         services = (

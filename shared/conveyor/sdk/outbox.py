@@ -21,6 +21,9 @@ ENVELOPE = "envelope"
 CREATED_AT = "created_at"
 EXPIRES_AT = "expires_at"
 GROUP = "group"
+# The producer's X-Ray trace header, when it wrote the item inside a traced request: the relay sends the job with it
+# as AWSTraceHeader, so the job's trace links to that request rather than to the relay's invocation.
+TRACE_HEADER = "trace_header"
 # DynamoDB Streams keeps records 24 hours; a second day leaves the item for inspection.
 RETENTION = timedelta(days=2)
 
@@ -34,6 +37,7 @@ class OutboxEntry:
     envelope: str
     created_at: datetime
     group: str | None = None
+    trace_header: str | None = None
 
     def item(self) -> dict[str, Any]:
         """The item in DynamoDB's wire format, as PutItem and TransactWriteItems take it."""
@@ -46,4 +50,6 @@ class OutboxEntry:
         }
         if self.group is not None:
             item[GROUP] = {"S": self.group}
+        if self.trace_header is not None:
+            item[TRACE_HEADER] = {"S": self.trace_header}
         return item

@@ -108,16 +108,18 @@ def message_entry(
     deduplication_id: str | None = None,
     delay_seconds: int | None = None,
     attributes: Mapping[str, Any] | None = None,
+    trace_header: str | None = None,
 ) -> dict[str, Any]:
     """The SendMessageBatch entry for one envelope, with the producer's trace header.
 
     Every sender of jobs builds its message here (the SDK, the outbox relay, the harness's
     hand-off and requeue), so all of them carry the same fields. ``group`` makes it a FIFO
     message (with ``deduplication_id``); ``delay_seconds`` (standard queues only) overrides the queue's own delay.
-    For SendMessage, drop ``Id`` (``single_send``).
+    For SendMessage, drop ``Id`` (``single_send``). ``trace_header`` is the producer's when the sender is not
+    the producer (the outbox relay sends what a request wrote earlier); it defaults to the current one.
     """
     entry: dict[str, Any] = {"Id": str(index), "MessageBody": body}
-    trace_header = current_trace_header()
+    trace_header = trace_header or current_trace_header()
     if trace_header:
         entry["MessageSystemAttributes"] = {SYSTEM_ATTRIBUTE: {"DataType": "String", "StringValue": trace_header}}
     if group is not None:

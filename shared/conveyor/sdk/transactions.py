@@ -20,6 +20,7 @@ from botocore.validate import validate_parameters
 from conveyor.contract import limits
 from conveyor.contract.errors import EnqueueError, InvalidJobError, TransactionCanceledError, TransactionConditionError
 from conveyor.contract.sizes import item_bytes
+from conveyor.contract.trace_header import SYSTEM_ATTRIBUTE
 from conveyor.sdk import outbox
 from conveyor.sdk.prepare import PreparedJob
 
@@ -109,6 +110,8 @@ class OutboxWriter:
             envelope=job.entry["MessageBody"],
             created_at=created_at,
             group=job.entry.get("MessageGroupId"),
+            # The trace header message_entry took from the request writing the item: the relay sends it on.
+            trace_header=job.entry.get("MessageSystemAttributes", {}).get(SYSTEM_ATTRIBUTE, {}).get("StringValue"),
         )
         return {"Put": {"TableName": self._table, "Item": entry.item(), "ConditionExpression": NEW_OUTBOX_ITEM}}
 

@@ -38,6 +38,7 @@ from conveyor.contract.reasons import Reason
 from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
 from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.topology import Topology
+from conveyor.contract.trace_header import trace_id
 from conveyor.sdk import outbox
 from conveyor.sdk.catalog import TopologyCatalog
 from conveyor.sdk.prepare import JOB_ID_PATTERN, JobRequest, PreparedJob, chunks, message_entry, prepare
@@ -171,7 +172,13 @@ class Relay:
                 raise ContractError(
                     Reason.INVALID_ENVELOPE, "the envelope's dedupe_key (or id) is not a valid MessageDeduplicationId"
                 )
-        entry = message_entry(text, index=index, group=group, deduplication_id=envelope.dedupe_key or envelope.id)
+        entry = message_entry(
+            text,
+            index=index,
+            group=group,
+            deduplication_id=envelope.dedupe_key or envelope.id,
+            trace_header=_trace_header(image.get(outbox.TRACE_HEADER)),
+        )
         return PreparedJob(job_id=envelope.id, queue=queue.name, entry=entry, size=len(text.encode()))
 
     def _rule_jobs(self, record: _Record, first_index: int) -> list[PreparedJob]:
@@ -253,6 +260,12 @@ class Relay:
         for name, value in ((RELAYED, relayed), (POISONED, poisoned), (FAILED, failed)):
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
         metrics.flush_metrics()
+
+
+def _trace_header(value: object) -> str | None:
+    """The producer's trace header from an outbox item; one that names no trace (a foreign producer's mistake) is
+    left out rather than making the job poison: the job matters, its trace link does not."""
+    return value if isinstance(value, str) and trace_id(value) else None
 
 
 def _rule_payload(rule: StreamRule, image: StreamImage) -> Mapping[str, Any] | None:

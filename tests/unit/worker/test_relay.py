@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
 
@@ -14,8 +15,11 @@ from conveyor.contract.errors import DeclarationError
 from conveyor.contract.reasons import Reason
 from conveyor.contract.relay_settings import OUTBOX_SOURCE
 from conveyor.contract.topology import Topology
+from conveyor.contract.trace_header import TRACE_ENV
+from conveyor.local.stream_source import drop_moto_duplicates, to_lambda_record
 from conveyor.sdk import outbox
 from conveyor.sdk.catalog import TopologyCatalog
+from conveyor.sdk.client import JobClient
 from conveyor.sdk.outbox import OutboxEntry
 from conveyor.sdk.prepare import JobRequest, prepare
 from conveyor.worker.relay import RELAY_SOURCE, SEQUENCE_NUMBER, Relay, stream_job_id
@@ -204,6 +208,54 @@ def test_a_fifo_outbox_item_is_sent_with_its_group_and_the_job_id_as_deduplicati
     assert message["Body"] == text
     assert message["Attributes"]["MessageGroupId"] == "customer-7"
     assert message["Attributes"]["MessageDeduplicationId"] == parse_envelope(text).id
+
+
+PRODUCER_TRACE = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+RELAY_TRACE = "Root=1-67891233-abcdef012345678912345678;Parent=463ac35c9f6413ad;Sampled=1"
+
+
+def outbox_stream_event(aws: Aws) -> dict[str, Any]:
+    """Every INSERT of the outbox table's real (moto) stream so far, as Lambda would deliver them."""
+    streams = boto3.client("dynamodbstreams")
+    arn = aws.provisioned.streams[OUTBOX_SOURCE]
+    records: list[dict[str, Any]] = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        iterator = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        records += streams.get_records(ShardIterator=iterator)["Records"]
+    return stream_event(*(to_lambda_record(record, stream_arn=arn) for record in drop_moto_duplicates(records)))
+
+
+def test_an_outbox_job_carries_the_trace_header_of_the_request_that_wrote_it(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = JobClient(
+        TOPOLOGY, sqs_client=aws.sqs, dynamodb_client=aws.dynamodb, outbox_table=aws.provisioned.outbox_table
+    )
+    monkeypatch.setenv(TRACE_ENV, PRODUCER_TRACE)  # the producer's traced request
+    (traced,) = client.transact([], [JobRequest("charge", {"order_id": "o-1", "amount_cents": 100})])
+    monkeypatch.delenv(TRACE_ENV)  # a producer outside any trace
+    (untraced,) = client.transact([], [JobRequest("charge", {"order_id": "o-2", "amount_cents": 100})])
+    monkeypatch.setenv(TRACE_ENV, RELAY_TRACE)  # the relay's own invocation
+    assert relay(aws).handle(outbox_stream_event(aws)) == NO_FAILURES
+    received = {
+        parse_envelope(m["Body"]).id: m["Attributes"].get("AWSTraceHeader") for m in drain(aws, aws.queue_url(STANDARD))
+    }
+    # The job links to the request that wrote it, not to the relay; one written outside a trace gets the relay's.
+    assert received == {traced: PRODUCER_TRACE, untraced: RELAY_TRACE}
+
+
+@pytest.mark.parametrize("header", [{"S": "not a trace header"}, {"N": "7"}])
+def test_an_outbox_trace_header_that_names_no_trace_is_left_out_and_the_job_still_goes(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch, header: dict[str, str]
+) -> None:
+    monkeypatch.delenv(TRACE_ENV, raising=False)
+    item = {**outbox_item(STANDARD, charge_envelope()), outbox.TRACE_HEADER: header}
+    assert relay(aws).handle(stream_event(outbox_record(aws, item))) == NO_FAILURES
+    (message,) = drain(aws, aws.queue_url(STANDARD))
+    assert "AWSTraceHeader" not in message["Attributes"]
+    assert drain(aws, aws.provisioned.relay_dlq_url) == []
 
 
 def without(item: dict[str, Any], attribute: str) -> dict[str, Any]:
