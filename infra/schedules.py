@@ -27,7 +27,7 @@ from conveyor.contract import limits, naming
 from conveyor.contract.cron import occurrence_gaps
 from conveyor.contract.declarations import JobType
 from conveyor.contract.errors import DeclarationError
-from conveyor.contract.schedule_inputs import schedule_inputs
+from conveyor.contract.schedule_inputs import delivery_retry, schedule_inputs
 from conveyor.contract.schedules import Schedule
 from conveyor.contract.settings import METRICS_NAMESPACE
 from conveyor.contract.topology import Topology
@@ -36,14 +36,6 @@ from infra.job_queue import DLQ_DEPTH_THRESHOLD, DLQ_RETENTION, METRIC_PERIOD
 
 SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
 SCHEDULE_GROUP = "schedules"  # the group is "<prefix>-schedules"
-
-# Scheduler's defaults are 185 retries over 24 hours. Sending to SQS fails only when SQS throttles
-# or is unavailable; a few retries ride that out, and an occurrence still undelivered after an
-# hour goes to the DLQ, where its alarm pages a human, instead of arriving a day late.
-# https://docs.aws.amazon.com/scheduler/latest/UserGuide/managing-schedule-retry-policy.html
-RETRY_ATTEMPTS = 3
-MAX_EVENT_AGE = timedelta(hours=1)
-MIN_EVENT_AGE = timedelta(minutes=1)  # Scheduler's lower bound
 
 # The dead man's switch fires after this many intervals without a successful run: one interval
 # of slack for the queue, the worker's retries and the run itself.
@@ -96,16 +88,6 @@ def alarm_window(schedule: Schedule) -> AlarmWindow | None:
         if period * evaluation_periods < interval + period:
             return None
     return AlarmWindow(period, evaluation_periods)
-
-
-def max_event_age(schedule: Schedule, job_type: JobType[Any]) -> timedelta:
-    """``MAX_EVENT_AGE``, shortened so that no delivery arrives after the job's ``max_wall_time``.
-
-    The harness counts a scheduled job's age from its scheduled time, and Scheduler may invoke
-    up to the flexible window after it.
-    """
-    remaining = job_type.retry.max_wall_time - (schedule.flexible_window or timedelta(0))
-    return max(MIN_EVENT_AGE, min(MAX_EVENT_AGE, remaining))
 
 
 def scheduler_name(prefix: str, schedule: Schedule, shard: int) -> str:
@@ -236,13 +218,14 @@ class Schedules(Construct):
     ) -> scheduler.Schedule:
         name = scheduler_name(prefix, declaration, shard)
         window = declaration.flexible_window
+        retry = delivery_retry(declaration, job_type)
         target = targets.SqsSendMessage(
             queue,
             input=scheduler.ScheduleTargetInput.from_text(template),
             role=self._role(job_type.queue),
             dead_letter_queue=self.dlq,
-            retry_attempts=RETRY_ATTEMPTS,
-            max_event_age=Duration.seconds(int(max_event_age(declaration, job_type).total_seconds())),
+            retry_attempts=retry.max_retry_attempts,
+            max_event_age=Duration.seconds(int(retry.max_event_age.total_seconds())),
         )
         return scheduler.Schedule(
             self,

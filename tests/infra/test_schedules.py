@@ -8,11 +8,18 @@ from typing import Any
 
 import pytest
 
-from conveyor.contract import outputs
+from conveyor.contract import limits, outputs
 from conveyor.contract.declarations import Queue, RetryPolicy
 from conveyor.contract.errors import DeclarationError
 from conveyor.contract.outputs import STACK_NAME
-from conveyor.contract.schedule_inputs import SCHEDULE_ARN, SCHEDULED_TIME, schedule_inputs
+from conveyor.contract.schedule_inputs import (
+    MAX_EVENT_AGE,
+    RETRY_ATTEMPTS,
+    SCHEDULE_ARN,
+    SCHEDULED_TIME,
+    delivery_retry,
+    schedule_inputs,
+)
 from conveyor.contract.schedules import Schedule
 from conveyor.contract.settings import METRICS_NAMESPACE, WorkerSettings
 from conveyor.worker import metrics
@@ -22,15 +29,12 @@ from infra.job_queue import DLQ_RETENTION
 from infra.schedules import (
     DEAD_MANS_INTERVALS,
     MAX_EVALUATION_RANGE,
-    MAX_EVENT_AGE,
     MAX_PERIOD,
     MAX_SHORT_PERIOD_RANGE,
-    RETRY_ATTEMPTS,
     SHORT_PERIOD,
     AlarmWindow,
     alarm_window,
     longest_gap,
-    max_event_age,
     scheduler_name,
 )
 from tests.fixtures import schedule_topology as fixture
@@ -52,8 +56,8 @@ TOPOLOGY = dataclasses.replace(fixture.TOPOLOGY, schedules=(*fixture.TOPOLOGY.sc
 PREFIX: str = project_context()[PREFIX_CONTEXT]
 EXECUTION_ID = "<aws.scheduler.execution-id>"
 # Scheduler's defaults, which an unbounded target would get.
-DEFAULT_RETRY_ATTEMPTS = 185
-DEFAULT_MAX_EVENT_AGE = timedelta(hours=24)
+DEFAULT_RETRY_ATTEMPTS = limits.SCHEDULER_DEFAULT_RETRY_ATTEMPTS
+DEFAULT_MAX_EVENT_AGE = limits.SCHEDULER_DEFAULT_EVENT_AGE
 SHARDS = [(schedule, shard) for schedule in TOPOLOGY.schedules for shard in range(schedule.shards)]
 ONE_DAY = 86400
 
@@ -144,7 +148,9 @@ def test_retries_are_bounded_and_undeliverable_invocations_go_to_the_dlq(
     retry = target["RetryPolicy"]
     assert retry == {
         "MaximumRetryAttempts": RETRY_ATTEMPTS,
-        "MaximumEventAgeInSeconds": int(max_event_age(schedule, TOPOLOGY.job_type(schedule.job)).total_seconds()),
+        "MaximumEventAgeInSeconds": int(
+            delivery_retry(schedule, TOPOLOGY.job_type(schedule.job)).max_event_age.total_seconds()
+        ),
     }
     assert retry["MaximumRetryAttempts"] < DEFAULT_RETRY_ATTEMPTS
     assert retry["MaximumEventAgeInSeconds"] <= MAX_EVENT_AGE.total_seconds() < DEFAULT_MAX_EVENT_AGE.total_seconds()
@@ -154,12 +160,12 @@ def test_retries_are_bounded_and_undeliverable_invocations_go_to_the_dlq(
 def test_max_event_age_never_delivers_a_job_its_wall_time_has_expired() -> None:
     report = fixture.build_report
     sweep = fixture.sweep_orders
-    assert max_event_age(fixture.NIGHTLY_REPORT, report) == MAX_EVENT_AGE
+    assert delivery_retry(fixture.NIGHTLY_REPORT, report) == (RETRY_ATTEMPTS, MAX_EVENT_AGE)
     short = dataclasses.replace(sweep, retry=RetryPolicy(max_wall_time=timedelta(minutes=30)))
     # Scheduler may invoke 5 minutes late (the flexible window): 25 minutes of retries are left.
-    assert max_event_age(fixture.SWEEP_ORDERS, short) == timedelta(minutes=25)
+    assert delivery_retry(fixture.SWEEP_ORDERS, short).max_event_age == timedelta(minutes=25)
     tight = dataclasses.replace(sweep, retry=RetryPolicy(max_wall_time=timedelta(minutes=5, seconds=30)))
-    assert max_event_age(fixture.SWEEP_ORDERS, tight) == timedelta(minutes=1)  # Scheduler's minimum
+    assert delivery_retry(fixture.SWEEP_ORDERS, tight).max_event_age == timedelta(minutes=1)  # Scheduler's minimum
 
 
 def test_schedules_dlq_is_encrypted_tls_only_retained_and_alarmed(synthesized: Synthesized) -> None:
@@ -254,6 +260,7 @@ def test_the_alarm_watches_exactly_what_the_worker_writes_on_lambda(
         schedule_runs_table="r",
         leases_table="l",
         limits_table="lim",
+        ledger_table="led",
     )
     for name, value in settings.to_environment().items():
         monkeypatch.setenv(name, value)

@@ -48,6 +48,8 @@ ESM_MAX_BATCH_SIZE_STANDARD = 10_000
 ESM_MAX_BATCH_SIZE_FIFO = 10
 ESM_MAX_BATCH_SIZE_WITHOUT_WINDOW = 10
 ESM_MAX_BATCHING_WINDOW = timedelta(seconds=300)
+# An SQS mapping's ScalingConfig.MaximumConcurrency, for standard and FIFO queues alike (on FIFO, the active
+# message groups cap concurrency too): https://docs.aws.amazon.com/lambda/latest/api/API_ScalingConfig.html
 ESM_MIN_MAX_CONCURRENCY = 2
 ESM_MAX_MAX_CONCURRENCY = 1_000
 # AWS recommends a visibility timeout of at least six times the function timeout, so
@@ -86,6 +88,10 @@ SCHEDULER_MAX_FLEXIBLE_WINDOW = timedelta(minutes=1440)
 SCHEDULER_MAX_RETRY_ATTEMPTS = 185
 SCHEDULER_MIN_EVENT_AGE = timedelta(seconds=60)
 SCHEDULER_MAX_EVENT_AGE = timedelta(hours=24)
+# A schedule without a RetryPolicy gets these (the maximums), then its DLQ:
+# https://docs.aws.amazon.com/scheduler/latest/UserGuide/managing-schedule-retry-policy.html
+SCHEDULER_DEFAULT_RETRY_ATTEMPTS = SCHEDULER_MAX_RETRY_ATTEMPTS
+SCHEDULER_DEFAULT_EVENT_AGE = SCHEDULER_MAX_EVENT_AGE
 
 # https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_PutLogEvents.html
 # "The maximum batch size is 1,048,576 bytes. This size is calculated as the sum of all event
@@ -105,3 +111,6 @@ DYNAMODB_MAX_PARTITION_KEY_BYTES = 2048
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Constraints.html#limits-expression-parameters
 # "The maximum length of any expression string is 4 KB."
 DYNAMODB_MAX_EXPRESSION_BYTES = 4 * 1024
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/provisioned-capacity-mode.html
+# "One write request unit represents one write for an item up to 1 KB in size"; larger items take more.
+DYNAMODB_WRITE_UNIT_BYTES = 1024

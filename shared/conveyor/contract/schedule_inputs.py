@@ -6,9 +6,10 @@ The same template is what the stack gives Scheduler and what the local scheduler
 import hashlib
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
+from conveyor.contract import limits
 from conveyor.contract.cron import require_aware
 from conveyor.contract.declarations import JobType
 from conveyor.contract.schedules import Schedule
@@ -25,6 +26,32 @@ ORIGIN_PREFIX = "schedule:"
 _OCCURRENCE_ID = re.compile(
     rf"^{ORIGIN_PREFIX}(?P<name>[a-z][a-z0-9-]*)@(?P<time>\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ)(?:#(?P<shard>\d+))?$"
 )
+
+
+# Scheduler's defaults are 185 retries over 24 hours. Sending to SQS fails only when SQS throttles
+# or is unavailable; a few retries ride that out, and an occurrence still undelivered after an
+# hour goes to the DLQ, where its alarm pages a human, instead of arriving a day late. The stack
+# deploys this policy and the local scheduler follows it.
+RETRY_ATTEMPTS = 3
+MAX_EVENT_AGE = timedelta(hours=1)
+
+
+class DeliveryRetry(NamedTuple):
+    """A schedule target's RetryPolicy: retries after the first try, and how long an occurrence may be tried."""
+
+    max_retry_attempts: int
+    max_event_age: timedelta
+
+
+def delivery_retry(schedule: Schedule, job_type: JobType[Any]) -> DeliveryRetry:
+    """``RETRY_ATTEMPTS``, and ``MAX_EVENT_AGE`` shortened so no delivery arrives after the job's ``max_wall_time``.
+
+    The harness counts a scheduled job's age from its scheduled time, and Scheduler may invoke
+    up to the flexible window after it. Never under Scheduler's minimum age.
+    """
+    remaining = job_type.retry.max_wall_time - (schedule.flexible_window or timedelta(0))
+    age = max(limits.SCHEDULER_MIN_EVENT_AGE, min(MAX_EVENT_AGE, remaining))
+    return DeliveryRetry(max_retry_attempts=RETRY_ATTEMPTS, max_event_age=age)
 
 
 class Occurrence(NamedTuple):

@@ -48,6 +48,8 @@ class Provisioned:
     relay_dlq_url: str
     # Relay source (OUTBOX_SOURCE or a streamed table's declared name) -> its stream's ARN.
     streams: dict[str, str]
+    # Where the local scheduler puts what it gave up delivering, as the stack's schedules DLQ; None without schedules.
+    schedules_dlq_url: str | None = None
 
     def worker_settings(self, queue: str) -> WorkerSettings:
         provisioned = self.queues[queue]
@@ -167,6 +169,13 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
     event_sources = naming.table_name(naming.LOCAL_EVENT_SOURCES_TABLE, prefix=prefix)
     _create_table(dynamodb, event_sources, key=LOCAL_EVENT_SOURCES_KEY, ttl_attribute=None)
     LocalEventSources(dynamodb, event_sources).seed(topology)
+    schedules_dlq_url = (
+        sqs.create_queue(
+            QueueName=naming.queue_name(naming.SCHEDULES_DLQ, prefix=prefix), Attributes=relay_dlq_attributes()
+        )["QueueUrl"]
+        if topology.schedules
+        else None
+    )
     return Provisioned(
         queues=queues,
         idempotency_table=idempotency,
@@ -180,6 +189,7 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
         outbox_table=outbox,
         relay_dlq_url=relay_dlq_url,
         streams=streams,
+        schedules_dlq_url=schedules_dlq_url,
     )
 
 
@@ -188,7 +198,7 @@ def _arn(sqs: Any, url: str) -> str:
 
 
 def relay_dlq_attributes() -> dict[str, str]:
-    """The relay DLQ's attributes: poison stream records wait there as long as SQS allows."""
+    """The relay DLQ's attributes (and the schedules DLQ's): what lands there waits as long as SQS allows."""
     return {
         "MessageRetentionPeriod": str(int(limits.SQS_MAX_RETENTION.total_seconds())),
         "SqsManagedSseEnabled": "true",

@@ -207,7 +207,11 @@ class LocalRuntime:
         if self.topology.schedules:
             # moto stores schedules but never fires them: the emulator sends what Scheduler would.
             self._scheduler = LocalScheduler(
-                self.topology, sqs=self.sqs, queues=provisioned.queues, clock=self._schedule_clock
+                self.topology,
+                sqs=self.sqs,
+                queues=provisioned.queues,
+                clock=self._schedule_clock,
+                dlq_url=provisioned.schedules_dlq_url,
             )
             self._scheduler.start()
 

@@ -9,7 +9,10 @@ queue. What it shares with the cloud, it takes from ``conveyor.contract.schedule
 - each shard is its own schedule, so each gets its own random delay within the flexible window;
 - like a schedule created when the emulator starts, nothing scheduled before the start fires, and
   a rate fires at the start (Scheduler invokes a new rate schedule at once, then every period);
-- at least once: a send that fails is tried again on the next tick.
+- at least once: a send that fails is tried again on the next tick, within the retry policy the
+  stack deploys (``delivery_retry``: retries and maximum event age); a send that exhausts it, or
+  fails with an error Scheduler does not retry (4xx other than throttling), goes to the schedules
+  DLQ with the message attributes Scheduler sets, or is dropped when there is none.
 
 The clock is the wall clock, read every ``TICK_S`` (Scheduler's own precision is 60 seconds, so
 nothing may depend on finer timing). A test or the demo sets a ``ScheduleClock`` and moves it:
@@ -32,15 +35,30 @@ from botocore.exceptions import BotoCoreError, ClientError
 from conveyor.contract import naming
 from conveyor.contract.cron import occurrences
 from conveyor.contract.errors import DeclarationError
-from conveyor.contract.schedule_inputs import render_input, schedule_input
+from conveyor.contract.schedule_inputs import DeliveryRetry, delivery_retry, render_input, schedule_input
 from conveyor.contract.schedules import Schedule
 from conveyor.contract.topology import Topology
 from conveyor.local.provision import ProvisionedQueue
-from conveyor.worker.schedule_runs import shards_of
+from conveyor.worker.classify import HTTP_CLIENT_ERROR, HTTP_SERVER_ERROR, THROTTLING_CODES
+from conveyor.worker.schedule_runs import shards_of, utc_seconds
 
 log = logging.getLogger(__name__)
 
 TICK_S = 1.0
+# What Scheduler sets on a dead-letter event: the body is the target input, these its message attributes
+# (https://docs.aws.amazon.com/scheduler/latest/UserGuide/configuring-schedule-dlq.html).
+# EXHAUSTED_RETRY_CONDITION is set only when a retryable error outlasted the retry policy.
+DLQ_ERROR_CODE = "ERROR_CODE"
+DLQ_ERROR_MESSAGE = "ERROR_MESSAGE"
+DLQ_EXECUTION_ID = "EXECUTION_ID"
+DLQ_EXHAUSTED_RETRY_CONDITION = "EXHAUSTED_RETRY_CONDITION"
+DLQ_IS_PAYLOAD_TRUNCATED = "IS_PAYLOAD_TRUNCATED"
+DLQ_RETRY_ATTEMPTS = "RETRY_ATTEMPTS"
+DLQ_SCHEDULED_TIME = "SCHEDULED_TIME"
+DLQ_SCHEDULE_ARN = "SCHEDULE_ARN"
+DLQ_TARGET_ARN = "TARGET_ARN"
+MAXIMUM_RETRY_ATTEMPTS = "MaximumRetryAttempts"
+MAXIMUM_EVENT_AGE = "MaximumEventAgeInSeconds"
 # Occurrences in (cursor, now] are due: starting the cursor this much before the start includes the start itself.
 _JUST_BEFORE = timedelta(microseconds=1)
 
@@ -95,6 +113,8 @@ class Firing:
     due: datetime
     queue_url: str
     body: str
+    arn: str  # the shard's schedule's
+    queue_arn: str  # the target's
 
 
 @dataclass(frozen=True)
@@ -106,6 +126,8 @@ class _Target:
     template: str
     arn: str
     queue_url: str
+    queue_arn: str
+    retry: DeliveryRetry
 
 
 def schedule_arn(queue_arn: str, schedule: Schedule, shard: int | None) -> str:
@@ -127,10 +149,12 @@ class LocalScheduler:
         queues: Mapping[str, ProvisionedQueue],
         clock: ScheduleClock | None = None,
         rng: random.Random | None = None,
+        dlq_url: str | None = None,
     ) -> None:
         self.clock = clock or ScheduleClock()
         self._sqs = sqs
         self._rng = rng or random.SystemRandom()
+        self._dlq_url = dlq_url
         self._targets = []
         for schedule in topology.schedules:
             job_type = topology.job_type(schedule.job)
@@ -143,12 +167,16 @@ class LocalScheduler:
                         template=schedule_input(schedule, job_type, shard or 0),
                         arn=schedule_arn(queue.arn, schedule, shard),
                         queue_url=queue.url,
+                        queue_arn=queue.arn,
+                        retry=delivery_retry(schedule, job_type),
                     )
                 )
         # Whole seconds, as Scheduler reports times; a rate schedule counts its periods from here.
         self.started_at = self.clock().replace(microsecond=0)
         self._cursor = self.started_at - _JUST_BEFORE
         self._pending: list[Firing] = []
+        self._failures: dict[Firing, int] = {}  # failed sends so far, per pending firing
+        self._retries = {(t.schedule.name, t.shard): t.retry for t in self._targets}
         self._paused = False
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -181,17 +209,13 @@ class LocalScheduler:
             for firing in sorted((f for f in self._pending if f.due <= now), key=lambda f: f.due):
                 try:
                     self._sqs.send_message(QueueUrl=firing.queue_url, MessageBody=firing.body)
-                except (BotoCoreError, ClientError):
-                    log.warning(
-                        "could not send %s at %s (shard %s); trying again on the next tick",
-                        firing.schedule,
-                        firing.scheduled_time,
-                        firing.shard,
-                        exc_info=True,
-                    )
-                    continue
+                except (BotoCoreError, ClientError) as error:
+                    if not self._give_up(firing, error, now):
+                        continue
+                else:
+                    sent.append(firing)
                 self._pending.remove(firing)
-                sent.append(firing)
+                self._failures.pop(firing, None)
             return sent
 
     def fire(self, schedule: str, moment: datetime) -> list[Firing]:
@@ -220,6 +244,74 @@ class LocalScheduler:
             self._cursor = max(self._cursor, now)
             self._paused = False
 
+    def _give_up(self, firing: Firing, error: BotoCoreError | ClientError, now: datetime) -> bool:
+        """After a failed send: True if the firing is done with (dead-lettered), False to try it on the next tick.
+
+        As Scheduler does: an error it does not retry ends at once, without an exhausted condition;
+        a retryable one is tried again until its retries or its maximum event age run out.
+        """
+        failures = self._failures.get(firing, 0) + 1
+        self._failures[firing] = failures
+        retry = self._retries[(firing.schedule, firing.shard)]
+        condition: str | None
+        if not _retryable(error):
+            condition = None
+        elif now - firing.due >= retry.max_event_age:
+            condition = MAXIMUM_EVENT_AGE
+        elif failures > retry.max_retry_attempts:
+            condition = MAXIMUM_RETRY_ATTEMPTS
+        else:
+            log.warning(
+                "could not send %s at %s (shard %s); trying again on the next tick",
+                firing.schedule,
+                firing.scheduled_time,
+                firing.shard,
+                exc_info=True,
+            )
+            return False
+        self._dead_letter(firing, error, retries=failures - 1, condition=condition)
+        return True
+
+    def _dead_letter(
+        self, firing: Firing, error: BotoCoreError | ClientError, *, retries: int, condition: str | None
+    ) -> None:
+        """Send the firing's input to the schedules DLQ with Scheduler's attributes; without one it is dropped."""
+        if isinstance(error, ClientError):
+            code, message = error.response["Error"].get("Code", ""), error.response["Error"].get("Message", "")
+        else:
+            code, message = type(error).__name__, str(error)
+        values = {
+            DLQ_ERROR_CODE: code or "Unknown",
+            DLQ_ERROR_MESSAGE: message or str(error),
+            DLQ_EXECUTION_ID: f"{self._rng.getrandbits(64):016x}",
+            DLQ_IS_PAYLOAD_TRUNCATED: "false",
+            DLQ_RETRY_ATTEMPTS: str(retries),
+            DLQ_SCHEDULED_TIME: utc_seconds(firing.scheduled_time),
+            DLQ_SCHEDULE_ARN: firing.arn,
+            DLQ_TARGET_ARN: firing.queue_arn,
+        }
+        if condition is not None:
+            values[DLQ_EXHAUSTED_RETRY_CONDITION] = condition
+        log.error(
+            "gave up sending %s at %s (shard %s): %s after %d retries; %s",
+            firing.schedule,
+            firing.scheduled_time,
+            firing.shard,
+            code,
+            retries,
+            "sent to the schedules DLQ" if self._dlq_url else "dropped (no schedules DLQ)",
+        )
+        if self._dlq_url is None:
+            return
+        try:
+            self._sqs.send_message(
+                QueueUrl=self._dlq_url,
+                MessageBody=firing.body,
+                MessageAttributes={name: {"DataType": "String", "StringValue": v} for name, v in values.items()},
+            )
+        except (BotoCoreError, ClientError):  # Scheduler drops a dead-letter event it cannot deliver, too
+            log.exception("could not send a dead-letter event to the schedules DLQ; dropped")
+
     def _firing(self, target: _Target, moment: datetime, *, delay: timedelta) -> Firing:
         return Firing(
             schedule=target.schedule.name,
@@ -228,6 +320,8 @@ class LocalScheduler:
             due=moment + delay,
             queue_url=target.queue_url,
             body=render_input(target.template, moment, target.arn),
+            arn=target.arn,
+            queue_arn=target.queue_arn,
         )
 
     def _run(self) -> None:
@@ -236,3 +330,13 @@ class LocalScheduler:
                 self.tick()
             except Exception:  # the emulator outlives a failed tick, as Scheduler outlives a failed invocation
                 log.exception("the local scheduler's tick failed; ticking on")
+
+
+def _retryable(error: BotoCoreError | ClientError) -> bool:
+    """Whether Scheduler would retry the send: throttling, a server error or no answer; not a 4xx (a missing
+    queue, a denied permission), which no retry fixes."""
+    if isinstance(error, BotoCoreError):
+        return True
+    status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", HTTP_SERVER_ERROR))
+    code = error.response["Error"].get("Code", "")
+    return code in THROTTLING_CODES or not HTTP_CLIENT_ERROR <= status < HTTP_SERVER_ERROR

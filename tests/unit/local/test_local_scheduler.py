@@ -14,11 +14,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from conveyor.contract.envelope import parse_envelope
+from conveyor.contract.schedule_inputs import RETRY_ATTEMPTS, delivery_retry
 from conveyor.contract.schedules import Schedule
 from conveyor.contract.topology import Topology
 from conveyor.local.provision import ProvisionedQueue
-from conveyor.local.scheduler import Firing, LocalScheduler, ScheduleClock
-from tests.fixtures.schedule_topology import HEARTBEAT, NIGHTLY_REPORT, SWEEP_ORDERS, TOPOLOGY
+from conveyor.local.scheduler import Firing, LocalScheduler, ScheduleClock, schedule_arn
+from tests.aws import Aws
+from tests.fixtures.schedule_topology import HEARTBEAT, NIGHTLY_REPORT, SWEEP_ORDERS, TOPOLOGY, build_report
 
 QUEUE = ProvisionedQueue(
     name="reports",
@@ -26,6 +28,7 @@ QUEUE = ProvisionedQueue(
     arn="arn:aws:sqs:us-east-1:123456789012:conveyor-reports",
     dlq_url="https://sqs.us-east-1.amazonaws.com/123456789012/conveyor-reports-dlq",
 )
+DLQ_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/conveyor-schedules-dlq"
 SEED = 7
 MINUTE = timedelta(minutes=1)
 
@@ -49,11 +52,16 @@ class FakeSqs:
         return {"MessageId": str(len(self.sent))}
 
 
-def emulator(schedule: Schedule, start: datetime, sqs: FakeSqs) -> LocalScheduler:
+def emulator(schedule: Schedule, start: datetime, sqs: Any, queue: ProvisionedQueue = QUEUE) -> LocalScheduler:
     """An emulator of one of the fixture's schedules, created at ``start`` on a stopped clock."""
     topology = Topology(queues=TOPOLOGY.queues, job_types=TOPOLOGY.job_types, schedules=(schedule,))
     return LocalScheduler(
-        topology, sqs=sqs, queues={QUEUE.name: QUEUE}, clock=ScheduleClock(start), rng=random.Random(SEED)
+        topology,
+        sqs=sqs,
+        queues={queue.name: queue},
+        clock=ScheduleClock(start),
+        rng=random.Random(SEED),
+        dlq_url=DLQ_URL,
     )
 
 
@@ -179,11 +187,90 @@ def test_a_send_that_fails_is_sent_again_on_the_next_tick() -> None:
     scheduler = emulator(NIGHTLY_REPORT, utc(6, 1), sqs)
     sqs.fail_next = 1
 
-    assert tick_at(scheduler, utc(6, 1, 12)) == []
+    assert tick_at(scheduler, utc(6, 1, 0, 31)) == []
     (firing,) = scheduler.tick()
 
     assert firing.scheduled_time == utc(6, 1, 0, 30)
     assert len(sqs.sent) == 1
+
+
+def dead_letters(sqs: FakeSqs) -> list[dict[str, str]]:
+    """The attributes of each send to the schedules DLQ, as plain strings."""
+    return [
+        {name: value["StringValue"] for name, value in request["MessageAttributes"].items()}
+        for request in sqs.sent
+        if request["QueueUrl"] == DLQ_URL
+    ]
+
+
+def test_a_send_still_throttled_after_the_retry_policy_goes_to_the_dlq_with_schedulers_attributes() -> None:
+    sqs = FakeSqs()
+    scheduler = emulator(NIGHTLY_REPORT, utc(6, 1), sqs)
+    sqs.fail_next = 1 + RETRY_ATTEMPTS  # the first try and every retry
+
+    assert tick_at(scheduler, utc(6, 1, 0, 31)) == []
+    for _ in range(RETRY_ATTEMPTS):
+        assert sqs.sent == []
+        assert scheduler.tick() == []
+
+    (attributes,) = dead_letters(sqs)
+    assert attributes.pop("EXECUTION_ID")
+    assert attributes == {
+        "ERROR_CODE": "ThrottlingException",
+        "ERROR_MESSAGE": "slow down",
+        "EXHAUSTED_RETRY_CONDITION": "MaximumRetryAttempts",
+        "IS_PAYLOAD_TRUNCATED": "false",
+        "RETRY_ATTEMPTS": str(RETRY_ATTEMPTS),
+        "SCHEDULED_TIME": "2026-06-01T00:30:00Z",
+        "SCHEDULE_ARN": schedule_arn(QUEUE.arn, NIGHTLY_REPORT, None),
+        "TARGET_ARN": QUEUE.arn,
+    }
+    assert parse_envelope(sqs.sent[0]["MessageBody"]).id == "schedule:nightly-report@2026-06-01T00:30:00Z"
+    assert scheduler.tick() == [], "given up: never sent again"
+    assert len(sqs.sent) == 1
+
+
+def test_a_send_failing_past_the_maximum_event_age_goes_to_the_dlq_before_its_retries_run_out() -> None:
+    sqs = FakeSqs()
+    scheduler = emulator(NIGHTLY_REPORT, utc(6, 1), sqs)
+    age = delivery_retry(NIGHTLY_REPORT, build_report).max_event_age
+    sqs.fail_next = 2
+
+    assert tick_at(scheduler, utc(6, 1, 0, 31)) == []  # the first try fails; one retry is left before the age
+    assert tick_at(scheduler, utc(6, 1, 0, 30) + age) == []
+
+    (attributes,) = dead_letters(sqs)
+    assert (attributes["EXHAUSTED_RETRY_CONDITION"], attributes["RETRY_ATTEMPTS"]) == ("MaximumEventAgeInSeconds", "1")
+
+
+def test_a_send_to_a_queue_that_is_gone_is_not_retried_and_goes_to_the_dlq(aws: Aws) -> None:
+    """Real SQS refuses it (moto): Scheduler does not retry an error no retry fixes, and sets no exhausted condition."""
+    queue = aws.provisioned.queues[build_report.queue]
+    dlq_url = aws.provisioned.schedules_dlq_url
+    assert dlq_url is not None
+    scheduler = LocalScheduler(
+        Topology(queues=TOPOLOGY.queues, job_types=TOPOLOGY.job_types, schedules=(NIGHTLY_REPORT,)),
+        sqs=aws.sqs,
+        queues={queue.name: queue},
+        clock=ScheduleClock(utc(6, 1)),
+        rng=random.Random(SEED),
+        dlq_url=dlq_url,
+    )
+    aws.sqs.delete_queue(QueueUrl=queue.url)
+
+    assert tick_at(scheduler, utc(6, 1, 0, 31)) == []
+
+    response = aws.sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"], MaxNumberOfMessages=10)
+    (message,) = response["Messages"]
+    attributes = {name: value["StringValue"] for name, value in message["MessageAttributes"].items()}
+    assert attributes["ERROR_CODE"] == "AWS.SimpleQueueService.NonExistentQueue"
+    assert attributes["RETRY_ATTEMPTS"] == "0"
+    assert "EXHAUSTED_RETRY_CONDITION" not in attributes
+    assert (attributes["SCHEDULE_ARN"], attributes["TARGET_ARN"]) == (
+        schedule_arn(queue.arn, NIGHTLY_REPORT, None),
+        queue.arn,
+    )
+    assert parse_envelope(message["Body"]).id == "schedule:nightly-report@2026-06-01T00:30:00Z"
 
 
 def test_the_schedule_clock_follows_the_wall_clock_until_frozen() -> None:
@@ -202,3 +289,8 @@ def test_the_schedule_clock_never_goes_back() -> None:
         clock.set(utc(6, 1))
     with pytest.raises(ValueError, match="only moves forward"):
         clock.advance(-MINUTE)
+
+
+@pytest.fixture
+def topology() -> Topology:
+    return TOPOLOGY
