@@ -98,6 +98,9 @@ class Queue:
     enforces a retry rate: retries over that share of first attempts in ``budget_window`` are
     dead-lettered with reason ``retry_budget_exhausted`` instead of adding load (the destination's
     own budget, conveyor.contract.destinations, does the same per service called).
+    ``scale_on_age`` lets a controller move the mapping's MaximumConcurrency between ``scale_min``
+    (default: ``max_concurrency``) and ``scale_max`` as the oldest message's age crosses
+    ``age_objective`` (conveyor.worker.scale_on_age).
     """
 
     name: str
@@ -115,6 +118,9 @@ class Queue:
     max_retry_rate: float = 0.1
     retry_budget: float | None = None
     budget_window: timedelta = timedelta(minutes=5)
+    scale_on_age: bool = False
+    scale_min: int | None = None
+    scale_max: int | None = None
 
     def __post_init__(self) -> None:
         where = f"queue {self.name!r}"
@@ -145,6 +151,7 @@ class Queue:
         )
         self._check_batching(where)
         self._check_concurrency(where)
+        self._check_scaling(where)
         self._check_timing(where)
 
     def _check_batching(self, where: str) -> None:
@@ -181,6 +188,49 @@ class Queue:
             where,
             f"reserved_concurrency ({self.reserved_concurrency}) must not be below max_concurrency "
             f"({self.max_concurrency}), or the event source would be throttled by its own function",
+        )
+
+    def _check_scaling(self, where: str) -> None:
+        """The bounds the age controller keeps MaximumConcurrency within: Lambda's range, around the declared value."""
+        require(
+            self.scale_on_age or (self.scale_min is None and self.scale_max is None),
+            where,
+            "scale_min and scale_max need scale_on_age=True",
+        )
+        if not self.scale_on_age:
+            return
+        require(
+            self.scale_max is not None,
+            where,
+            "scale_on_age needs scale_max, the highest MaximumConcurrency the controller may set",
+        )
+        low, high = self.scale_bounds
+        for field_name, value in (("scale_min", low), ("scale_max", high)):
+            require(
+                limits.ESM_MIN_MAX_CONCURRENCY <= value <= limits.ESM_MAX_MAX_CONCURRENCY,
+                where,
+                f"{field_name} must be between {limits.ESM_MIN_MAX_CONCURRENCY} and "
+                f"{limits.ESM_MAX_MAX_CONCURRENCY} (Lambda's MaximumConcurrency range), got {value}",
+            )
+        require(self.scale_min is None or low <= high, where, f"scale_min ({low}) must not be above scale_max ({high})")
+        require(
+            low <= self.max_concurrency <= high,
+            where,
+            f"max_concurrency ({self.max_concurrency}) must lie between scale_min ({low}) and scale_max ({high})",
+        )
+        require(
+            self.reserved_concurrency is None or self.reserved_concurrency >= high,
+            where,
+            f"reserved_concurrency ({self.reserved_concurrency}) must not be below scale_max ({high}), "
+            "or scaling up would throttle the queue's own batches",
+        )
+
+    @property
+    def scale_bounds(self) -> tuple[int, int]:
+        """(lowest, highest) MaximumConcurrency the age controller may set; both the declared value without scaling."""
+        return (
+            self.max_concurrency if self.scale_min is None else self.scale_min,
+            self.max_concurrency if self.scale_max is None else self.scale_max,
         )
 
     def _check_timing(self, where: str) -> None:

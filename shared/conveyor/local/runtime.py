@@ -37,6 +37,7 @@ from conveyor.local.emf import RAW_VALUES_FILE, EmfForwarder
 from conveyor.local.event_source import CONTROL_POLL_S, QueuePoller, StateReader
 from conveyor.local.log_shipper import LogShipper
 from conveyor.local.provision import Provisioned, provision
+from conveyor.local.scale_on_age import ScaleLoop, local_scaler
 from conveyor.local.scheduler import LocalScheduler, ScheduleClock
 from conveyor.local.stream_source import StreamPoller
 from conveyor.local.text_sink import TextSink
@@ -107,6 +108,8 @@ class LocalRuntime:
         self._provisioned: Provisioned | None = None
         self._scheduler: LocalScheduler | None = None
         self._states: StateReader | None = None
+        # The age controller, for topologies with queues that scale on age.
+        self.scale_loop: ScaleLoop | None = None
 
     @property
     def scheduler(self) -> LocalScheduler:
@@ -190,6 +193,18 @@ class LocalRuntime:
         self._states.start()  # first: a queue paused before the start must not receive even briefly
         for poller in self.pollers.values():
             poller.start()
+        self.scale_loop = None
+        if any(queue.scale_on_age for queue in self.topology.queues):
+            # The EventBridge rule's every-minute run of the controller, on the runtime's clock.
+            scaler = local_scaler(
+                self.topology,
+                dynamodb=self.dynamodb,
+                cloudwatch=self.cloudwatch,
+                event_sources=event_sources,
+                clock=self._schedule_clock,
+            )
+            self.scale_loop = ScaleLoop(scaler)
+            self.scale_loop.start()
         for source, stream_arn in provisioned.streams.items():
             relay = Relay(self.topology, provisioned.relay_settings(source), sqs_client=self.sqs)
             stream_poller = StreamPoller(
@@ -231,8 +246,9 @@ class LocalRuntime:
     def _stop_workers(self, grace_s: float) -> bool:
         deadline = time.monotonic() + grace_s
         stopped = self._scheduler is None or self._scheduler.stop(grace_s)
-        threads: list[StateReader | QueuePoller | StreamPoller] = [
+        threads: list[StateReader | ScaleLoop | QueuePoller | StreamPoller] = [
             *([self._states] if self._states is not None else []),
+            *([self.scale_loop] if self.scale_loop is not None else []),
             *self.pollers.values(),
             *self.stream_pollers.values(),
         ]

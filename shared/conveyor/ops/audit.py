@@ -2,62 +2,18 @@
 
 The audit table has one item per operation, keyed by a time-ordered id. Operators read it
 with `conveyor audit`; the volume is that of human actions, so a scan is the right query.
+Rows are written by conveyor.worker.audit's writer, which the age controller in Lambda shares.
 """
 
 import json
-import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from conveyor.contract.timestamps import utc_text
+from conveyor.worker.audit import AUDIT_KEY, AUDIT_TTL, AuditEntry, AuditWriter
 
-AUDIT_KEY = "id"
-AUDIT_TTL = "expires_at"
-# Long enough to answer "what happened last year" in a post-mortem.
-AUDIT_RETENTION = timedelta(days=400)
+__all__ = ["AUDIT_KEY", "AUDIT_TTL", "AuditEntry", "AuditLog"]
 
 
-@dataclass(frozen=True)
-class AuditEntry:
-    id: str
-    at: str
-    actor: str
-    action: str
-    queue: str | None
-    details: dict[str, Any]
-
-
-class AuditLog:
-    def __init__(self, dynamodb: Any, table_name: str, *, actor: str) -> None:
-        self._dynamodb = dynamodb
-        self._table = table_name
-        self.actor = actor
-
-    def record(self, action: str, *, queue: str | None, details: Mapping[str, Any]) -> AuditEntry:
-        now = datetime.now(UTC)
-        at = utc_text(now, timespec="milliseconds")
-        entry = AuditEntry(
-            id=f"{at}#{uuid.uuid4().hex[:12]}",
-            at=at,
-            actor=self.actor,
-            action=action,
-            queue=queue,
-            details=dict(details),
-        )
-        item: dict[str, Any] = {
-            AUDIT_KEY: {"S": entry.id},
-            "at": {"S": entry.at},
-            "actor": {"S": entry.actor},
-            "action": {"S": action},
-            "details": {"S": json.dumps(entry.details, sort_keys=True, default=str)},
-            AUDIT_TTL: {"N": str(int((now + AUDIT_RETENTION).timestamp()))},
-        }
-        if queue is not None:
-            item["queue"] = {"S": queue}
-        self._dynamodb.put_item(TableName=self._table, Item=item)
-        return entry
+class AuditLog(AuditWriter):
+    """The audit table as operators use it: ``record`` a change, read ``entries`` back."""
 
     def entries(self, *, queue: str | None = None, limit: int | None = None) -> list[AuditEntry]:
         """The newest entries first, optionally for one queue only."""
