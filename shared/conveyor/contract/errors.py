@@ -65,6 +65,24 @@ class Throttled(Snooze):
         self.destination = destination
 
 
+class Discard(ConveyorError):  # noqa: N818 - a decision, not an error
+    """Raised by a job to end it on purpose as discarded (``raise Discard("order cancelled")``).
+
+    Final and not a failure: no retry, no dead letter, the message is acknowledged and its
+    idempotency key completed, so a duplicate is absorbed. The harness logs and counts it with
+    ``reason`` (sensitive payload values masked). The reason is required, as text that says why,
+    and refused here when missing or blank, so every discard can be told apart later.
+    """
+
+    def __init__(self, reason: str) -> None:
+        if not isinstance(reason, str):
+            raise TypeError(f"Discard(reason): the reason must be text saying why, not {type(reason).__name__}")
+        if not reason.strip():
+            raise ValueError('Discard(reason): the reason must say why the job is dropped, e.g. "order cancelled"')
+        super().__init__(reason)
+        self.reason = reason
+
+
 class Continued(ConveyorError):  # noqa: N818 - a hand-off, not an error
     """Raised by ``ctx.continue_later`` once the next chunk is enqueued; the harness ends the run as a success.
 

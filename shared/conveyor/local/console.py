@@ -34,6 +34,7 @@ OUTCOME_STYLES = {
     "dead_lettered": "bold red",
     "snoozed": "blue",
     "deferred": "blue",
+    "discarded": "magenta",
 }
 LEVEL_STYLES = {"DEBUG": "dim", "INFO": "", "WARNING": "yellow", "ERROR": "red", "CRITICAL": "bold red"}
 OUTCOME_WIDTH = len("dead-lettered")

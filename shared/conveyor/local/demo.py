@@ -58,6 +58,7 @@ LEGEND = (
     "DEAD       jobs the harness dead-lettered with a reason, poison messages included: the same",
     "           entries as 'DLQ entries by reason' below. Stream records the relays could not turn",
     "           into jobs never reach a queue: they are the relay DLQ's, reported on their own.",
+    "DISCARDED  jobs their handler ended on purpose (raise Discard(reason)): final, not failed",
 )
 # What to try once the demo has shown the platform working.
 NEXT_STEPS = (
@@ -99,8 +100,8 @@ class Observed:
             self.outcomes.append(outcome)
 
     def final_kind_by_job(self) -> dict[str, Kind]:
-        """The last terminal outcome of each job id (a retried job ends succeeded or dead-lettered)."""
-        terminal = {Kind.SUCCEEDED, Kind.DUPLICATE, Kind.DEAD_LETTERED}
+        """The last terminal outcome of each job id (a retried job ends succeeded, discarded or dead-lettered)."""
+        terminal = {Kind.SUCCEEDED, Kind.DUPLICATE, Kind.DEAD_LETTERED, Kind.DISCARDED}
         return {o.job_id: o.kind for o in self.outcomes if o.job_id and o.kind in terminal}
 
     def dead_letter_reasons(self) -> Counter[str]:
@@ -249,7 +250,8 @@ class Progress:
         with self._observed.lock:
             counts = Counter((o.queue, o.kind) for o in self._observed.outcomes)
         header = (
-            f"{'QUEUE':<10} {'DEPTH':>6} {'IN FLIGHT':>9} {'DONE':>6} {'RETRIED':>8} {'DEAD':>6}   t={elapsed:5.1f}s"
+            f"{'QUEUE':<10} {'DEPTH':>6} {'IN FLIGHT':>9} {'DONE':>6} {'RETRIED':>8} {'DEAD':>6} {'DISCARDED':>9}"
+            f"   t={elapsed:5.1f}s"
         )
         lines = [header]
         for name, queue in self._runtime.provisioned.queues.items():
@@ -257,7 +259,8 @@ class Progress:
             done = counts[(name, Kind.SUCCEEDED)] + counts[(name, Kind.DUPLICATE)]
             lines.append(
                 f"{name:<10} {depth.visible + depth.delayed:>6} {depth.in_flight:>9} {done:>6} "
-                f"{counts[(name, Kind.RETRIED)]:>8} {counts[(name, Kind.DEAD_LETTERED)]:>6}"
+                f"{counts[(name, Kind.RETRIED)]:>8} {counts[(name, Kind.DEAD_LETTERED)]:>6} "
+                f"{counts[(name, Kind.DISCARDED)]:>9}"
             )
         return lines
 

@@ -171,6 +171,10 @@ class Jobs:
         """Jobs that failed for good: dead-lettered by the harness (``dead_lettered`` says why)."""
         return self._count(Kind.DEAD_LETTERED, job)
 
+    def discarded(self, job: Job = None) -> int:
+        """Runs whose handler raised ``Discard``: final, not failed; each outcome's ``reason`` says why."""
+        return self._count(Kind.DISCARDED, job)
+
     def duplicates(self, job: Job = None) -> int:
         """Deliveries absorbed by idempotency: the job had already completed, so its handler did not run."""
         return self._count(Kind.DUPLICATE, job)

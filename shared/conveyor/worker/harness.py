@@ -1,7 +1,7 @@
 """The policy for one received message: parse, validate, run once, then ack, retry or dead-letter.
 
-Every path ends in exactly one of: the record returns (SQS deletes it: success, duplicate,
-dead-lettered, or re-sent for later), or it raises (a batch item failure: SQS redelivers it
+Every path ends in exactly one of: the record returns (SQS deletes it: success, discarded,
+duplicate, dead-lettered, or re-sent for later), or it raises (a batch item failure: SQS redelivers it
 after the backoff this module set). Nothing is acknowledged before its outcome is durable.
 While a job runs, a heartbeat keeps its message hidden (conveyor.worker.heartbeat); a long job's
 checkpoints and continuations are in conveyor.worker.checkpoints; a scheduled job's missed-run policy
@@ -31,7 +31,7 @@ from conveyor.contract import limits
 from conveyor.contract.declarations import JobType
 from conveyor.contract.destinations import BudgetAction
 from conveyor.contract.envelope import Envelope, parse_envelope
-from conveyor.contract.errors import Continued, ContractError, RetryableError, Snooze, Throttled
+from conveyor.contract.errors import Continued, ContractError, Discard, RetryableError, Snooze, Throttled
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import mask_values, sensitive_values
 from conveyor.contract.reasons import Reason, SnoozeReason
@@ -42,11 +42,11 @@ from conveyor.sdk.catalog import TopologyCatalog
 from conveyor.sdk.prepare import JobRequest, message_entry, prepare, single_send
 from conveyor.worker.checkpoints import CheckpointStore, Chunk, Progress
 from conveyor.worker.classify import FailureKind, classify
-from conveyor.worker.dead_letter import DeadLetterQueue, Failure, failure_attributes
+from conveyor.worker.dead_letter import DeadLetterQueue, Failure, failure_attributes, truncate
 from conveyor.worker.delivery import Delivery
 from conveyor.worker.destinations.guard import DestinationLimits, JobGuard
 from conveyor.worker.heartbeat import DEADLINE_MARGIN, Heartbeats, lease_for
-from conveyor.worker.idempotency import IdempotentRunner, record_lifetime
+from conveyor.worker.idempotency import Completion, Discarded, IdempotentRunner, record_lifetime
 from conveyor.worker.missed_runs import ScheduledRuns
 from conveyor.worker.outcomes import JobOutcome, Kind, Observer, ignore
 from conveyor.worker.timeouts import time_limit
@@ -67,8 +67,10 @@ OUTCOME_MESSAGES = {
     Kind.DEAD_LETTERED: "job dead-lettered",
     Kind.SNOOZED: "job snoozed",
     Kind.DEFERRED: "job deferred to the next invocation",
+    Kind.DISCARDED: "job discarded",
 }
 IN_PROGRESS_ELSEWHERE = "job in progress elsewhere; snoozed"
+DUPLICATE_OF_DISCARDED = "job duplicate absorbed; its run was discarded"
 
 
 # Frames in these (the harness, Powertools' idempotency) lead to every job's code: a job's traceback starts after them.
@@ -280,7 +282,7 @@ class Harness:
             guard=guard,
         )
 
-        def call_handler() -> None:
+        def call_handler() -> Discarded | None:
             if self._scheduled:  # inside the idempotent call: a completed occurrence's duplicate never gets here
                 self._scheduled.begin(envelope)
             # The limit covers the handler only, never Powertools' own record writes around it.
@@ -293,12 +295,15 @@ class Harness:
                         job_type.handler(payload, context)
                 except Continued as continued:
                     logger.info("job continues in its next chunk", extra={"next_job_id": continued.next_job_id})
+                except Discard as discard:  # final on purpose: the key completes, and records why
+                    return Discarded(truncate(self._describe(discard, envelope)))
                 except Snooze:
                     snoozed = True  # not an attempt: the job runs again as the same attempt
                     raise
                 finally:
                     if delivery.attempt == 1 and not snoozed:  # retries count when scheduled (admit_retry)
                         self._limits.count_first(job_type, guard.used)
+            return None
 
         # The message stays hidden while the job runs, never past the invocation's deadline and margin.
         heartbeat = self._heartbeats.keep(
@@ -308,7 +313,7 @@ class Harness:
         )
         try:
             with job_subsegment(job_type.name, envelope.id, record.attributes.aws_trace_header), heartbeat:
-                ran = self._runners[job_type.name].run(key, call_handler)
+                completion = self._runners[job_type.name].run(key, call_handler)
         except Snooze as snooze:
             reason = snooze.reason if isinstance(snooze, Throttled) else None
             self._requeue(record, delivery, envelope, now, snooze.delay, Kind.SNOOZED, reason=reason)
@@ -321,13 +326,26 @@ class Harness:
         except Exception as error:  # every failure is classified; none escapes unrecorded
             self._fail(record, delivery, envelope, job_type, error, now, guard)
         else:
-            if ran:
+            if completion.ran:
                 self._finish(progress)
             if self._scheduled:  # a duplicate too: it may be the redelivery of a run whose record failed
-                self._scheduled.succeeded(envelope, delivery.attempt)
-            self._report(Kind.SUCCEEDED if ran else Kind.DUPLICATE, delivery, envelope, started_at=now)
+                if completion.discarded is None:
+                    self._scheduled.succeeded(envelope, delivery.attempt)
+                else:
+                    self._scheduled.discarded(envelope, completion.discarded, delivery.attempt)
+            self._report_completed(completion, delivery, envelope, now)
         finally:
             logger.thread_safe_remove_keys(bound)
+
+    def _report_completed(self, completion: Completion, delivery: Delivery, envelope: Envelope, now: datetime) -> None:
+        """A run whose key completed: succeeded or discarded, or a duplicate of one (saying so if it was discarded)."""
+        discarded = completion.discarded
+        if not completion.ran:
+            message = DUPLICATE_OF_DISCARDED if discarded is not None else None
+            self._report(Kind.DUPLICATE, delivery, envelope, reason=discarded, started_at=now, message=message)
+            return
+        kind = Kind.SUCCEEDED if discarded is None else Kind.DISCARDED
+        self._report(kind, delivery, envelope, reason=discarded, started_at=now)
 
     def _progress(
         self, record: SQSRecord, envelope: Envelope, job_type: JobType[Any], payload: BaseModel, key: str

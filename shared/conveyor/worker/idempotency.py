@@ -7,6 +7,7 @@ running it locally keeps its dedupe history.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -35,9 +36,31 @@ def record_lifetime(job_type: JobType[Any]) -> timedelta:
     return job_type.retry.max_wall_time + DLQ_REDRIVE_WINDOW
 
 
-def _run_once(job: dict[str, str], call: Callable[[], object], state: dict[str, bool]) -> None:
+# The record's response of a run the job discarded on purpose: {"discarded": <masked reason>}.
+DISCARDED = "discarded"
+
+
+@dataclass(frozen=True)
+class Discarded:
+    """What a run returns to complete its key as discarded: the reason, already masked, is stored with it."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """How a key's run ended: ``ran`` False for a duplicate (absorbed, nothing ran); ``discarded`` the
+    reason when the run (this one, or the one a duplicate repeats) was discarded."""
+
+    ran: bool
+    discarded: str | None = None
+
+
+def _run_once(job: dict[str, str], call: Callable[[], object], state: dict[str, bool]) -> dict[str, str] | None:
+    """Powertools stores what this returns as the record's response, and hands it back to each duplicate."""
     state["ran"] = True
-    call()
+    result = call()
+    return {DISCARDED: result.reason} if isinstance(result, Discarded) else None
 
 
 class IdempotentRunner:
@@ -63,11 +86,12 @@ class IdempotentRunner:
         """Tie in-progress locks to this invocation's deadline, so a crash frees the key."""
         self._config.register_lambda_context(context)
 
-    def run(self, key: str, call: Callable[[], object]) -> bool:
-        """Run ``call`` unless ``key`` already completed; True if it ran, False for a duplicate."""
+    def run(self, key: str, call: Callable[[], object]) -> Completion:
+        """Run ``call`` unless ``key`` already completed; a ``call`` that returns ``Discarded`` completes it as such."""
         state = {"ran": False}
-        self._run(job={"key": key}, call=call, state=state)
-        return state["ran"]
+        response = self._run(job={"key": key}, call=call, state=state)
+        discarded = response.get(DISCARDED) if isinstance(response, dict) else None
+        return Completion(ran=state["ran"], discarded=discarded)
 
     def completed(self, key: str) -> bool:
         """Whether a run under ``key`` has completed: how `conveyor dlq redrive --canary` sees a success.

@@ -3,7 +3,8 @@
 One namespace, ``Conveyor``; dimensions are the queue and the job type, plus a ``reason`` on
 ``Retried`` and ``DeadLettered`` (a fixed vocabulary). Never a job id or a tenant: every
 distinct dimension value is a billed custom metric. ``Retried`` and ``DeadLettered`` are also
-written without the reason, so alarms can watch one metric per job type.
+written without the reason, so alarms can watch one metric per job type. ``Discarded`` never
+carries its reason: that is the handler's own text, unbounded.
 """
 
 import threading
@@ -21,11 +22,14 @@ DURATION = "Duration"
 SUCCEEDED = "Succeeded"
 RETRIED = "Retried"
 DEAD_LETTERED = "DeadLettered"
+DISCARDED = "Discarded"
 # The dead man's switch: the worker writes 1 per successful scheduled run (per shard), with the
 # one dimension `schedule` = the declared schedule's name. The stack alarms per schedule when the
-# sum stays below 1, on exactly {schedule}: add no other.
+# sum stays below 1, on exactly {schedule}: add no other. A sharded schedule's shard writes it a
+# second time on exactly {schedule, shard}, which that shard's own alarm reads.
 SCHEDULE_SUCCEEDED = "ScheduleSucceeded"
 SCHEDULE_DIMENSION = "schedule"
+SHARD_DIMENSION = "shard"
 COUNTS = {
     Kind.SUCCEEDED: SUCCEEDED,
     Kind.DUPLICATE: "Duplicate",
@@ -33,6 +37,7 @@ COUNTS = {
     Kind.DEAD_LETTERED: DEAD_LETTERED,
     Kind.SNOOZED: "Snoozed",
     Kind.DEFERRED: "Deferred",
+    Kind.DISCARDED: DISCARDED,
 }
 BY_REASON = frozenset({Kind.RETRIED, Kind.DEAD_LETTERED})
 MILLISECONDS = 1000.0

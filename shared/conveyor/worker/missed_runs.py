@@ -5,8 +5,9 @@ first attempt of an occurrence claims its item (a conditional write, so retries 
 deliveries never apply the policy twice) and, if the occurrence is newer than ``last_scheduled``,
 applies the schedule's missed-run policy to the occurrences in between, then advances
 ``last_scheduled`` (a conditional write that only moves it forward). After the handler it records
-``succeeded`` (and writes the dead man's switch metric) or, when the job is dead-lettered,
-``failed`` with the dead-letter reason. The rows live in conveyor.worker.schedule_runs.
+``succeeded`` (and writes the dead man's switch metric), ``discarded`` with the handler's reason
+(no metric: a schedule whose runs always discard is one the switch should catch) or, when the job
+is dead-lettered, ``failed`` with the dead-letter reason. The rows live in conveyor.worker.schedule_runs.
 """
 
 from collections.abc import Callable, Iterable, Sequence
@@ -146,6 +147,14 @@ class ScheduledRuns:
         if self.runs.record_succeeded(occurrence, job_id=envelope.id, attempts=attempt):
             self.runs.record_outcome(occurrence.schedule, occurrence.scheduled_time, RunStatus.SUCCEEDED)
             emit_schedule_succeeded(occurrence.schedule)
+
+    def discarded(self, envelope: Envelope, reason: str, attempt: int) -> None:
+        """After its handler (or the run a duplicate repeats) discarded it: recorded, without the dead man's metric."""
+        occurrence = self.occurrence(envelope)
+        if occurrence is None:
+            return
+        if self.runs.record_discarded(occurrence, job_id=envelope.id, attempts=attempt, reason=reason):
+            self.runs.record_outcome(occurrence.schedule, occurrence.scheduled_time, RunStatus.DISCARDED)
 
     def failed(self, envelope: Envelope, reason: str, attempt: int) -> None:
         """After the job was dead-lettered. Best effort: the DLQ already holds the job and its reason."""

@@ -17,6 +17,7 @@ class Kind(StrEnum):
     DEAD_LETTERED = "dead_lettered"
     SNOOZED = "snoozed"
     DEFERRED = "deferred"
+    DISCARDED = "discarded"  # the handler raised Discard: final, not a failure
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class JobOutcome:
     created_at: datetime | None
     finished_at: datetime
     started_at: datetime | None = None
-    # A dead-letter Reason, or the retry's Failure kind.
+    # A dead-letter Reason, the retry's Failure kind, or a discard's reason text (masked).
     reason: str | None = None
     error_class: str | None = None
 

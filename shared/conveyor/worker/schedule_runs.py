@@ -59,6 +59,7 @@ class RunStatus(StrEnum):
     RUNNING = "running"  # claimed; it ends succeeded, or failed once dead-lettered
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    DISCARDED = "discarded"  # its handler discarded it on purpose: the reason is the handler's text, masked
     MISSED = "missed"  # never ran: the reason says which policy decided so
 
 
@@ -171,6 +172,19 @@ class ScheduleRuns:
             reason=reason,
             condition=f"attribute_not_exists(#{STATUS}) OR #{STATUS} = :running",
             condition_values={":running": _s(RunStatus.RUNNING)},
+        )
+
+    def record_discarded(self, occurrence: Occurrence, *, job_id: str, attempts: int, reason: str) -> bool:
+        """The run's handler discarded it with ``reason``: recorded over a claimed (or waiting) run;
+        False if recorded before (a duplicate) or the occurrence ended otherwise."""
+        return self._finish(
+            occurrence,
+            RunStatus.DISCARDED,
+            job_id=job_id,
+            attempts=attempts,
+            reason=reason,
+            condition=f"attribute_not_exists(#{STATUS}) OR #{STATUS} IN (:running, :pending)",
+            condition_values={":running": _s(RunStatus.RUNNING), ":pending": _s(RunStatus.PENDING)},
         )
 
     def runs(self, schedule: str) -> list[RunRecord]:

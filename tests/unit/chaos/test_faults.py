@@ -322,7 +322,7 @@ def test_crash_after_save_fires_once_the_record_says_completed(aws: Aws, tmp_pat
         with pytest.raises(IdempotencyPersistenceLayerError) as failed:  # Powertools wraps what the save raised
             runner.run("k1", lambda: ran.append("k1"))
         assert isinstance(failed.value.__cause__, Crashed)
-        assert runner.run("k1", lambda: ran.append("again")) is False  # a duplicate: no save, no crash
+        assert runner.run("k1", lambda: ran.append("again")).ran is False  # a duplicate: no save, no crash
 
         def fails() -> None:
             raise RuntimeError("the job failed")

@@ -40,13 +40,24 @@ def test_stats_table_shows_counts_reasons_and_where_percentiles_came_from() -> N
     entry = JobStats(
         queue="critical",
         job_type="charge_order",
-        counts={"Succeeded": 9, "Retried": 2},
+        counts={"Succeeded": 9, "Retried": 2, "Discarded": 1},
         retried_by_reason={"throttled": 2},
         end_to_end_ms={"p50": 120.4, "p95": 310.0, "p99": None},
         percentiles_from=SOURCE_RAW,
     )
     header, row, reasons, source = render_stats([entry]).splitlines()
-    assert header.split()[:4] == ["QUEUE", "JOB", "TYPE", "SUCCEEDED"]
-    assert row.split() == ["critical", "charge_order", "9", "0", "2", "0", "0", "0", "120", "310", "-"]
+    assert header.split()[:10] == [
+        "QUEUE",
+        "JOB",
+        "TYPE",
+        "SUCCEEDED",
+        "DUPLICATE",
+        "RETRIED",
+        "DEADLETTERED",
+        "SNOOZED",
+        "DEFERRED",
+        "DISCARDED",
+    ]
+    assert row.split() == ["critical", "charge_order", "9", "0", "2", "0", "0", "0", "1", "120", "310", "-"]
     assert reasons == "charge_order retried: throttled 2"
     assert source == f"percentiles from: {SOURCE_RAW}"

@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 from conveyor.contract.declarations import JobType, Queue
 from conveyor.contract.destinations import BudgetAction, Destination
-from conveyor.contract.errors import Snooze, Throttled
+from conveyor.contract.errors import Discard, Snooze, Throttled
 from conveyor.contract.reasons import SnoozeReason
 from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.topology import Topology
@@ -370,8 +370,13 @@ class JobGuard:
             self.limits.slots.release(destination.name, slot)
 
     def _outcome(self, destination: Destination, error: BaseException | None, seconds: float, *, probe: bool) -> None:
-        """One call's outcome: its metrics, and the breaker's count when the service failed it."""
-        failed = error is not None and classify(error, self.job_type) in SERVICE_FAILURES
+        """One call's outcome: its metrics, and the breaker's count when the service failed it.
+
+        A Discard is the job's decision, never the service failing, whatever ``retry_on`` lists: a success.
+        """
+        failed = (
+            error is not None and not isinstance(error, Discard) and classify(error, self.job_type) in SERVICE_FAILURES
+        )
         self.limits.metrics.call(destination.name, failed=failed, seconds=seconds)
         if destination.breaker is not None:
             self.limits.breakers.record(destination.name, destination.breaker, ok=not failed, probe=probe)
