@@ -1,7 +1,7 @@
 """The local console: the harness's real JSON log lines, one readable line per job event.
 
 Every line rendered here was logged by the real harness (a QueueDriver on moto) for a job that
-succeeded, retried, dead-lettered, was absorbed as a duplicate or snoozed; none is typed by hand.
+succeeded, retried, dead-lettered, was absorbed as a duplicate, snoozed or discarded; none is typed by hand.
 """
 
 import io
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from conveyor import job
+from conveyor import Discard, job
 from conveyor.contract.declarations import Queue
 from conveyor.contract.errors import PermanentError, RetryableError, Snooze
 from conveyor.contract.job_context import JobContext
@@ -40,6 +40,8 @@ def console_step(payload: Step, ctx: JobContext) -> None:
         raise PermanentError(f"address {payload.email} bounced")
     if payload.outcome == "snooze":
         raise Snooze(timedelta(seconds=30))
+    if payload.outcome == "discard":
+        raise Discard(f"{payload.email} unsubscribed")
 
 
 TOPOLOGY = Topology(queues=(Queue("console", age_objective=timedelta(minutes=1)),), job_types=(console_step,))
@@ -151,6 +153,17 @@ def test_a_duplicate_is_shown_as_one(driver: QueueDriver, logs: io.StringIO) -> 
     (event,) = events(run(driver, logs, "ok", "job-twice-01"))
     assert event.outcome == "duplicate"
     assert " duplicate " in plain([line for line in logs.getvalue().splitlines() if "duplicate" in line])
+
+
+def test_a_discard_shows_its_masked_reason_and_no_traceback(driver: QueueDriver, logs: io.StringIO) -> None:
+    lines = run(driver, logs, "discard", "job-drop-001")
+    (event,) = events(lines)
+    assert (event.outcome, event.reason, event.error) == ("discarded", "*** unsubscribed", None)
+    event_line = plain(lines).splitlines()[-1]
+    assert event_line.split()[1:6] == ["console", "console_step", "job-drop", "discarded", "0.0ms"]
+    assert event_line.endswith("*** unsubscribed")
+    assert SECRET not in plain(lines)
+    assert "Traceback" not in plain(lines)
 
 
 def test_lines_that_are_not_json_pass_through_unchanged() -> None:
