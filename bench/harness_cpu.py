@@ -69,6 +69,7 @@ SETTINGS = WorkerSettings(
     schedule_runs_table="bench-schedule-runs",
     leases_table="bench-leases",
     limits_table="bench-limits",
+    ledger_table="bench-ledger",
 )
 # The job each side runs, by job type: the same function the bench job types call.
 JOBS: Mapping[str, Callable[[Any], None]] = {bench_noop.name: do_nothing, bench_failing.name: fail}

@@ -22,6 +22,7 @@ from functions.jobs.summarize_day import summarize_day
 from functions.jobs.sweep_accounts import sweep_accounts
 from functions.orders import CHARGE_NEW_ORDERS, ORDERS_TABLE
 from functions.providers.effects import EFFECTS_TABLE
+from functions.providers.payments import reconcile_charge
 
 NIGHTLY_REPORT = Schedule(
     "nightly-report",
@@ -46,8 +47,12 @@ DESTINATIONS = (
         # Open when half of at least 20 calls in a minute fail: the demo's 1-in-10 flaky charges never trip it.
         breaker=Breaker(error_rate=0.5, min_calls=20, window=timedelta(minutes=1), cool_down=timedelta(seconds=30)),
         retry_budget=0.5,
+        # Charges are recorded in the effect ledger; the provider can say whether one with a given key happened.
+        effects=("charge",),
+        reconcile=reconcile_charge,
     ),
-    Destination("email", rate=RateLimit(100, per=timedelta(seconds=1), burst=20)),
+    # Mails are recorded too; an email provider cannot be asked about one, so a person checks its logs.
+    Destination("email", rate=RateLimit(100, per=timedelta(seconds=1), burst=20), effects=("send",)),
     Destination(
         "webhooks",
         concurrency=5,

@@ -18,6 +18,7 @@ from constructs import Construct
 from conveyor.contract import limits, naming
 from conveyor.contract.declarations import Queue
 from conveyor.contract.settings import WorkerSettings
+from conveyor.worker import effects
 from conveyor.worker.destinations import state as limits_state
 from infra.worker_package import ARCHITECTURE, HANDLER, RUNTIME, WorkerPackage
 
@@ -58,6 +59,7 @@ class WorkerTables:
     schedule_runs: dynamodb.ITable
     leases: dynamodb.ITable
     limits: dynamodb.ITable
+    ledger: dynamodb.ITable
 
     def grant_to(self, grantee: iam.IGrantable) -> None:
         self.idempotency.grant(grantee, *IDEMPOTENCY_ACTIONS)
@@ -65,6 +67,7 @@ class WorkerTables:
         self.schedule_runs.grant(grantee, *SCHEDULE_RUN_ACTIONS)
         self.leases.grant(grantee, *LEASE_ACTIONS)
         self.limits.grant(grantee, *limits_state.WORKER_ACTIONS)
+        self.ledger.grant(grantee, *effects.WORKER_ACTIONS)
 
 
 class JobQueue(Construct):
@@ -150,6 +153,7 @@ class JobQueue(Construct):
                 schedule_runs_table=tables.schedule_runs.table_name,
                 leases_table=tables.leases.table_name,
                 limits_table=tables.limits.table_name,
+                ledger_table=tables.ledger.table_name,
             ).to_environment(),
         )
         # The harness dead-letters with a reason by sending to the DLQ itself, and re-sends

@@ -10,6 +10,7 @@ from constructs import Construct
 
 from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
 from conveyor.ops.event_sources import ResumeSchedules
+from conveyor.worker import effects
 from infra.job_queue import JobQueue
 
 SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
@@ -33,6 +34,10 @@ IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem",)
 # `conveyor limits` reads the destinations' items from the limits table by key (conveyor.worker.destinations.state);
 # `conveyor limits set` and `conveyor breaker open|close` change them with conditional updates, as the workers do.
 LIMITS_ACTIONS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem")
+# `conveyor reconcile` queries the effect ledger's pending index (conveyor.worker.effects), and settles
+# what a destination's hook answered with a conditional update per effect.
+LEDGER_ACTIONS = ("dynamodb:UpdateItem",)
+LEDGER_INDEX_ACTIONS = ("dynamodb:Query",)
 # `conveyor tail` follows job events in the workers' log groups.
 LOG_ACTIONS = ("logs:FilterLogEvents",)
 # `conveyor stats` reads job metrics (GetMetricData); `conveyor status` a queue's oldest-message age
@@ -56,6 +61,7 @@ class Operations(Construct):
         job_queues: Mapping[str, JobQueue],
         idempotency_table: dynamodb.ITable,
         limits_table: dynamodb.ITable,
+        ledger_table: dynamodb.ITable,
     ) -> None:
         super().__init__(scope, construct_id)
         # Who paused, redrove or discarded what must outlive the stack: retained, and
@@ -118,6 +124,7 @@ class Operations(Construct):
             ],
             idempotency_table=idempotency_table,
             limits_table=limits_table,
+            ledger_table=ledger_table,
         )
 
     def _operator_policy(
@@ -130,6 +137,7 @@ class Operations(Construct):
         schedule_arns: list[str],
         idempotency_table: dynamodb.ITable,
         limits_table: dynamodb.ITable,
+        ledger_table: dynamodb.ITable,
     ) -> iam.ManagedPolicy:
         """A named policy, so an IAM Identity Center permission set can attach it by name."""
         policy = iam.ManagedPolicy(
@@ -152,6 +160,11 @@ class Operations(Construct):
                 iam.PolicyStatement(actions=list(AUDIT_ACTIONS), resources=[self.audit_table.table_arn]),
                 iam.PolicyStatement(actions=list(IDEMPOTENCY_ACTIONS), resources=[idempotency_table.table_arn]),
                 iam.PolicyStatement(actions=list(LIMITS_ACTIONS), resources=[limits_table.table_arn]),
+                iam.PolicyStatement(actions=list(LEDGER_ACTIONS), resources=[ledger_table.table_arn]),
+                iam.PolicyStatement(
+                    actions=list(LEDGER_INDEX_ACTIONS),
+                    resources=[f"{ledger_table.table_arn}/index/{effects.PENDING_INDEX}"],
+                ),
                 iam.PolicyStatement(actions=list(LOG_ACTIONS), resources=log_group_arns),
                 iam.PolicyStatement(actions=list(METRIC_ACTIONS), resources=["*"]),
             ],

@@ -13,6 +13,7 @@ from conveyor.worker.destinations import state as limits_state
 from infra.alarm_topic import AlarmTopic
 from infra.checkpoints_table import WorkerStateTable
 from infra.dashboard import JobsDashboard
+from infra.effects_ledger import EffectsLedgerTable
 from infra.destination_monitoring import DestinationMonitoring
 from infra.idempotency_table import IdempotencyTable
 from infra.job_queue import JobQueue, WorkerTables
@@ -56,6 +57,7 @@ class ConveyorStack(Stack):
             # No TTL: deleting a lease item would restart its fencing token (conveyor.worker.lease).
             leases=WorkerStateTable(self, "Leases", key=lease.KEY, ttl_attribute=None).table,
             limits=WorkerStateTable(self, "Limits", key=limits_state.KEY, ttl_attribute=limits_state.EXPIRES_AT).table,
+            ledger=EffectsLedgerTable(self, "Ledger").table,
         )
         package = WorkerPackage(
             self, "WorkerPackage", powertools_layer_version=powertools_layer_version, topology_spec=topology_spec
@@ -141,6 +143,7 @@ class ConveyorStack(Stack):
             job_queues=self.job_queues,
             idempotency_table=idempotency.table,
             limits_table=worker_tables.limits,
+            ledger_table=worker_tables.ledger,
         )
         CfnOutput(self, outputs.ALARM_TOPIC, value=alarms.topic.topic_arn)
         CfnOutput(self, outputs.IDEMPOTENCY_TABLE, value=idempotency.table.table_name)
@@ -154,6 +157,7 @@ class ConveyorStack(Stack):
         CfnOutput(self, outputs.SCHEDULE_RUNS_TABLE, value=worker_tables.schedule_runs.table_name)
         CfnOutput(self, outputs.LEASES_TABLE, value=worker_tables.leases.table_name)
         CfnOutput(self, outputs.LIMITS_TABLE, value=worker_tables.limits.table_name)
+        CfnOutput(self, outputs.LEDGER_TABLE, value=worker_tables.ledger.table_name)
         if self.schedules is not None:
             CfnOutput(self, outputs.SCHEDULE_GROUP, value=self.schedules.group.schedule_group_name)
             CfnOutput(self, outputs.SCHEDULES_DLQ_URL, value=self.schedules.dlq.queue_url)

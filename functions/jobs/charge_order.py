@@ -31,11 +31,16 @@ class ChargeOrder(Payload):
     destinations=("payments",),
 )
 def charge_order(payload: ChargeOrder, ctx: JobContext) -> None:
-    # The same key reaches the provider, which dedupes on it as Stripe does.
-    _payments.charge(
-        order_id=payload.order_id,
-        amount_cents=payload.amount_cents,
-        currency=payload.currency,
-        idempotency_key=ctx.idempotency_key,
-        job_id=ctx.job_id,
-    )
+    # The charge is recorded in the effect ledger: intended before the call, confirmed after. The effect's key,
+    # the same on every attempt, reaches the provider, which dedupes on it as Stripe does; a charge confirmed by
+    # an earlier attempt is not made again, and one never confirmed is what `conveyor reconcile` lists.
+    request = {"order_id": payload.order_id, "amount_cents": payload.amount_cents, "currency": payload.currency}
+    with ctx.effect("payments.charge", request=request) as effect:
+        if not effect.done:
+            _payments.charge(
+                order_id=payload.order_id,
+                amount_cents=payload.amount_cents,
+                currency=payload.currency,
+                idempotency_key=effect.key,
+                job_id=ctx.job_id,
+            )

@@ -32,11 +32,13 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     permanent_on=(HardBounceError,),
 )
 def send_welcome_email(payload: WelcomeEmail, ctx: JobContext) -> None:
-    # The provider does not dedupe: the harness's idempotency is all that stops a second mail.
-    # The call takes a token of the email provider's shared rate limit (the "email" destination).
-    ctx.call(
-        "email",
-        lambda: _email.send(
-            to=f"{payload.user_id}@users.example", template=f"welcome-{payload.locale}", job_id=ctx.job_id
-        ),
-    )
+    # The provider does not dedupe: the harness's idempotency and the effect ledger are all that stop a second
+    # mail (a mail the ledger confirmed is not sent again, even by a redriven job). The call takes a token of the
+    # email provider's shared rate limit (the "email" destination).
+    template = f"welcome-{payload.locale}"
+    with ctx.effect("email.send", request={"user_id": payload.user_id, "template": template}) as effect:
+        if not effect.done:
+            ctx.call(
+                "email",
+                lambda: _email.send(to=f"{payload.user_id}@users.example", template=template, job_id=ctx.job_id),
+            )

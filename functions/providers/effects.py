@@ -62,6 +62,13 @@ class EffectsLedger:
                 raise
             return None
 
+    def applied_with(self, effect_key: str, token: str) -> bool:
+        """Whether a request carrying ``token`` (an Idempotency-Key) applied the effect, as a provider's API says."""
+        item = self.client.get_item(
+            TableName=self._table_name, Key={KEY_ATTRIBUTE: {"S": effect_key}}, ConsistentRead=True
+        ).get("Item")
+        return item is not None and token in item.get("tokens", {}).get("SS", [])
+
     def get(self, effect_key: str) -> Effect | None:
         item = self.client.get_item(
             TableName=self._table_name, Key={KEY_ATTRIBUTE: {"S": effect_key}}, ConsistentRead=True

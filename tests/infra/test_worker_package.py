@@ -143,6 +143,7 @@ WORKER_ENVIRONMENT = WorkerSettings(
     schedule_runs_table="conveyor-schedule-runs",
     leases_table="conveyor-leases",
     limits_table="conveyor-limits",
+    ledger_table="conveyor-ledger",
 ).to_environment()
 RELAY_ENVIRONMENT = RelaySettings(
     source=OUTBOX_SOURCE, dlq_url=DLQ_URL, queue_urls={"default": QUEUE_URL}

@@ -20,6 +20,7 @@ from conveyor.cli.local_commands import local
 from conveyor.cli.ops_commands import COMMANDS
 from conveyor.cli.produce_commands import backfill, enqueue
 from conveyor.cli.project import Project
+from conveyor.cli.reconcile_command import reconcile
 from conveyor.cli.support import EXIT_INTERRUPTED
 from conveyor.cli.tail_command import tail
 from conveyor.contract.durations import format_duration, parse_duration
@@ -91,6 +92,7 @@ cli.add_command(backfill)
 cli.add_command(cost)
 cli.add_command(init)
 cli.add_command(tail)
+cli.add_command(reconcile)
 
 
 @cli.command()

@@ -25,6 +25,7 @@ from enum import StrEnum
 
 from conveyor.contract import limits
 from conveyor.contract.durations import format_duration
+from conveyor.contract.effects import OPERATION_PATTERN, ReconcileHook, effect_name
 from conveyor.contract.errors import require
 
 DESTINATION_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
@@ -148,6 +149,9 @@ class Destination:
     reason ``retry_budget_exhausted`` (or, with ``over_budget=BudgetAction.SNOOZE``, retried about a
     window later, spending its attempt). ``max_wait`` is how long a worker may wait in process for a
     token, and for a slot, before it snoozes the job instead: Lambda bills waiting as working.
+    ``effects`` names the operations jobs record in the effect ledger (``("charge",)`` declares
+    ``payments.charge`` for ``ctx.effect``); ``reconcile`` answers, for an effect recorded as intended
+    but never confirmed, whether the provider applied it (conveyor.contract.effects, `conveyor reconcile`).
     """
 
     name: str
@@ -158,6 +162,8 @@ class Destination:
     budget_window: timedelta = timedelta(minutes=5)
     over_budget: BudgetAction = BudgetAction.DEAD_LETTER
     max_wait: timedelta = timedelta(milliseconds=250)
+    effects: tuple[str, ...] = ()
+    reconcile: ReconcileHook | None = None
 
     def __post_init__(self) -> None:
         where = f"destination {self.name!r}"
@@ -182,6 +188,36 @@ class Destination:
             where,
             f"max_wait must be between 0 and 5s, got {format_duration(self.max_wait)}",
         )
+        self._check_effects(where)
+
+    def _check_effects(self, where: str) -> None:
+        require(
+            isinstance(self.effects, tuple),
+            where,
+            f"effects must be a tuple of operation names, got {self.effects!r}",
+        )
+        for operation in self.effects:
+            require(
+                isinstance(operation, str) and bool(OPERATION_PATTERN.match(operation)),
+                where,
+                f"effect {operation!r} must match {OPERATION_PATTERN.pattern}",
+            )
+        require(len(set(self.effects)) == len(self.effects), where, "an effect is declared twice")
+        require(
+            self.reconcile is None or callable(self.reconcile),
+            where,
+            f"reconcile must be a function of an EffectRecord, got {self.reconcile!r}",
+        )
+        require(
+            self.reconcile is None or bool(self.effects),
+            where,
+            "reconcile is given but no effects are declared for it to settle",
+        )
+
+    @property
+    def effect_names(self) -> tuple[str, ...]:
+        """The declared effects' full names, ``<destination>.<operation>``, as ``ctx.effect`` takes them."""
+        return tuple(effect_name(self.name, operation) for operation in self.effects)
 
     def describe(self) -> str:
         """One line for `conveyor topology` and `conveyor limits`."""

@@ -9,6 +9,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 
 from aws_lambda_powertools import Logger
 
+from conveyor.contract.effects import Effect, default_key
 from conveyor.contract.envelope import Correlation
 
 T = TypeVar("T")
@@ -43,6 +44,25 @@ class Unguarded:
         return fn()
 
 
+class Effects(Protocol):
+    """The run's effect ledger (conveyor.worker.effects.RunEffects in the worker)."""
+
+    def effect(
+        self, name: str, *, key: str, request: Mapping[str, Any] | None = None
+    ) -> AbstractContextManager[Effect]: ...
+
+
+class Unrecorded:
+    """No ledger: the effects of a context built outside the harness, as a unit test of a handler builds one.
+
+    Every effect is new (never ``done``) and nothing is written; the key is the one the harness would use.
+    """
+
+    @contextmanager
+    def effect(self, name: str, *, key: str, request: Mapping[str, Any] | None = None) -> Iterator[Effect]:
+        yield Effect(name, key)
+
+
 @dataclass(frozen=True)
 class JobContext:
     """The run's identity and budget. ``logger`` already carries job id, type, attempt and correlation."""
@@ -58,6 +78,7 @@ class JobContext:
     deadline_monotonic: float
     progress: Resumable = field(repr=False)
     guard: Guard = field(default_factory=Unguarded, repr=False)
+    effects: Effects = field(default_factory=Unrecorded, repr=False)
 
     def remaining_time(self) -> timedelta:
         """Time left before the job's own timeout (or the invocation's end, if sooner)."""
@@ -98,3 +119,21 @@ class JobContext:
     def call(self, destination: str, fn: Callable[[], T], *, key: str | None = None) -> T:
         """``fn()`` under ``destination``'s limits and breaker (``limit`` around one call), returning its result."""
         return self.guard.call(destination, fn, key=key)
+
+    def effect(
+        self, name: str, *, key: str | None = None, request: Mapping[str, Any] | None = None
+    ) -> AbstractContextManager[Effect]:
+        """Record an effect of a declared destination around its call: intent before, outcome after.
+
+        ``with ctx.effect("payments.charge", request={...}) as effect: if not effect.done: ...`` and
+        pass ``effect.key`` to the provider as its idempotency key. ``key`` defaults to one derived from
+        the job's idempotency key, the same on every retry and redelivery; give one per call when a run
+        makes the same effect more than once (a mail per recipient). ``request`` is a small summary of
+        the call (sensitive payload values are masked), for whoever checks the provider. A block left
+        cleanly confirms the effect; one that raises a permanent failure records it failed; any other
+        failure leaves it intended, for the next attempt or `conveyor reconcile`. An undeclared name
+        raises DeclarationError naming it.
+        """
+        return self.effects.effect(
+            name, key=key or default_key(self.job_type, self.idempotency_key, name), request=request
+        )

@@ -51,6 +51,9 @@ CHECKPOINTS_TABLE = "checkpoints"
 SCHEDULE_RUNS_TABLE = "schedule-runs"
 # The destinations' shared state: rate buckets, concurrency slots, breakers, retry budgets.
 LIMITS_TABLE = "limits"
+# The effect ledger (conveyor.worker.effects): what jobs did at their destinations. Not "effects", which
+# the example app's fake providers declare for their own side of the story.
+EFFECTS_LEDGER_TABLE = "ledger"
 OWN_TABLES = frozenset(
     {
         IDEMPOTENCY_TABLE,
@@ -61,6 +64,7 @@ OWN_TABLES = frozenset(
         CHECKPOINTS_TABLE,
         SCHEDULE_RUNS_TABLE,
         LIMITS_TABLE,
+        EFFECTS_LEDGER_TABLE,
     }
 )
 # The relay's and the schedules' DLQs are "<prefix>-relay-dlq" and "<prefix>-schedules-dlq",

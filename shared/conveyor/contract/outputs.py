@@ -34,6 +34,8 @@ SCHEDULE_RUNS_TABLE = "ScheduleRunsTable"
 LEASES_TABLE = "LeasesTable"
 # The destinations' shared limits (conveyor.worker.destinations.state), read and overridden by `conveyor limits`.
 LIMITS_TABLE = "LimitsTable"
+# The effect ledger (conveyor.worker.effects), read and settled by `conveyor reconcile`.
+LEDGER_TABLE = "LedgerTable"
 
 
 def queue_output_key(queue_name: str, resource: str) -> str:

@@ -21,6 +21,7 @@ _ENV_NAMES = {
     "schedule_runs_table": "CONVEYOR_SCHEDULE_RUNS_TABLE",
     "leases_table": "CONVEYOR_LEASES_TABLE",
     "limits_table": "CONVEYOR_LIMITS_TABLE",
+    "ledger_table": "CONVEYOR_LEDGER_TABLE",
 }
 
 
@@ -34,6 +35,7 @@ class WorkerSettings:
     schedule_runs_table: str
     leases_table: str
     limits_table: str
+    ledger_table: str
 
     def to_environment(self) -> dict[str, str]:
         environment = {_ENV_NAMES[f.name]: getattr(self, f.name) for f in fields(self)}

@@ -142,6 +142,17 @@ class Topology:
         declared = ", ".join(sorted(d.name for d in self.destinations)) or "none"
         raise DeclarationError(f"destination {name!r} is not declared (declared: {declared})")
 
+    def effect(self, name: str) -> Destination:
+        """The destination declaring effect ``name`` (``payments.charge``); DeclarationError lists the declared ones."""
+        for destination in self.destinations:
+            if name in destination.effect_names:
+                return destination
+        declared = ", ".join(sorted(self.effect_names())) or "none"
+        raise DeclarationError(f"effect {name!r} is not declared (declared: {declared})")
+
+    def effect_names(self) -> tuple[str, ...]:
+        return tuple(name for destination in self.destinations for name in destination.effect_names)
+
     def job_types_on(self, queue_name: str) -> tuple[JobType[Any], ...]:
         return tuple(job for job in self.job_types if job.queue == queue_name)
 

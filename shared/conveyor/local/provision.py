@@ -18,7 +18,7 @@ from conveyor.ops.event_sources import LOCAL_EVENT_SOURCES_KEY, LocalEventSource
 from conveyor.sdk.outbox import EXPIRES_AT as OUTBOX_TTL
 from conveyor.sdk.outbox import KEY as OUTBOX_KEY
 from conveyor.sdk.outbox import OUTBOX_TABLE_ENV
-from conveyor.worker import checkpoints, lease, schedule_runs
+from conveyor.worker import checkpoints, effects, lease, schedule_runs
 from conveyor.worker.destinations import state as limits_state
 from conveyor.worker.idempotency import RECORD_KEY, RECORD_TTL
 
@@ -42,6 +42,7 @@ class Provisioned:
     leases_table: str
     limits_table: str
     tables: dict[str, str]
+    ledger_table: str
     audit_table: str
     event_sources_table: str
     outbox_table: str
@@ -64,6 +65,7 @@ class Provisioned:
             limits_table=self.limits_table,
         )
 
+            ledger_table=self.ledger_table,
     def table_environment(self) -> dict[str, str]:
         """What the stack gives workers and producers: declared tables' names, and the outbox's."""
         environment = {naming.table_env(name): physical for name, physical in self.tables.items()}
@@ -148,6 +150,14 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
     streamed = {table.name for table in topology.streamed_tables()}
     streams = {}
     for table in topology.tables:
+    ledger_table = naming.table_name(naming.EFFECTS_LEDGER_TABLE, prefix=prefix)
+    _create_table(
+        dynamodb,
+        ledger_table,
+        key=effects.KEY,
+        ttl_attribute=effects.EXPIRES_AT,
+        index=(effects.PENDING_INDEX, effects.PENDING, effects.INTENDED_AT),
+    )
         tables[table.name] = naming.table_name(table.name, prefix=prefix)
         _create_table(
             dynamodb,
@@ -189,6 +199,7 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
         outbox_table=outbox,
         relay_dlq_url=relay_dlq_url,
         streams=streams,
+        ledger_table=ledger_table,
         schedules_dlq_url=schedules_dlq_url,
     )
 
@@ -209,8 +220,20 @@ def _stream_arn(dynamodb: Any, table: str) -> str:
     return str(dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"])
 
 
-def _create_table(dynamodb: Any, name: str, *, key: str, ttl_attribute: str | None, stream: bool = False) -> None:
-    """A table keyed by one string attribute; ``stream`` enables a NEW_IMAGE stream, as the relays read."""
+def _create_table(
+    dynamodb: Any,
+    name: str,
+    *,
+    key: str,
+    ttl_attribute: str | None,
+    stream: bool = False,
+    index: tuple[str, str, str] | None = None,
+) -> None:
+    """A table keyed by one string attribute; ``stream`` enables a NEW_IMAGE stream, as the relays read.
+
+    ``index`` is (name, string partition key, number sort key) of a global secondary index projecting
+    every attribute, as the effect ledger's pending index (conveyor.worker.effects) is.
+    """
     request: dict[str, Any] = {
         "TableName": name,
         "KeySchema": [{"AttributeName": key, "KeyType": "HASH"}],

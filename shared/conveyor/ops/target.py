@@ -64,6 +64,7 @@ class Target:
     audit_table: str
     idempotency_table: str
     limits_table: str
+    ledger_table: str
     event_sources: EventSources
     clients: Clients
 
@@ -118,6 +119,7 @@ def local_target(topology: Topology, clients: Clients) -> Target:
         audit_table=naming.table_name(naming.AUDIT_TABLE),
         idempotency_table=naming.table_name(naming.IDEMPOTENCY_TABLE),
         limits_table=naming.table_name(naming.LIMITS_TABLE),
+        ledger_table=naming.table_name(naming.EFFECTS_LEDGER_TABLE),
         event_sources=LocalEventSources(clients("dynamodb"), naming.table_name(naming.LOCAL_EVENT_SOURCES_TABLE)),
         clients=clients,
     )
@@ -163,6 +165,7 @@ def stack_target(topology: Topology, clients: Clients, stack_name: str) -> Targe
         audit_table=output(outputs.OPS_AUDIT_TABLE),
         idempotency_table=output(outputs.IDEMPOTENCY_TABLE),
         limits_table=output(outputs.LIMITS_TABLE),
+        ledger_table=output(outputs.LEDGER_TABLE),
         event_sources=LambdaEventSources(
             clients("lambda"), clients("scheduler"), mappings=mappings, schedules=schedules
         ),

@@ -46,6 +46,7 @@ from conveyor.worker.dead_letter import DeadLetterQueue, Failure, failure_attrib
 from conveyor.worker.delivery import Delivery
 from conveyor.worker.destinations.guard import DestinationLimits, JobGuard
 from conveyor.worker.heartbeat import DEADLINE_MARGIN, Heartbeats, lease_for
+from conveyor.worker.effects import EffectLedger, RunEffects
 from conveyor.worker.idempotency import Completion, Discarded, IdempotentRunner, record_lifetime
 from conveyor.worker.missed_runs import ScheduledRuns
 from conveyor.worker.outcomes import JobOutcome, Kind, Observer, ignore
@@ -153,6 +154,8 @@ class Harness:
         # The declared destinations' shared limits, and the queue's retry budget (conveyor.worker.destinations).
         self._limits = DestinationLimits(
             topology,
+        # What the jobs did at their destinations (ctx.effect): conveyor.worker.effects.
+        self._ledger = EffectLedger(dynamodb_client, settings.ledger_table, clock=self._clock)
             self.queue,
             dynamodb_client=dynamodb_client,
             table=settings.limits_table,
@@ -290,6 +293,15 @@ class Harness:
             # recorded and slots released after: the time limit covers the handler only.
             with guard.declared():
                 snoozed = False
+            effects=RunEffects(
+                self._ledger,
+                self._topology,
+                job_type,
+                job_id=envelope.id,
+                attempt=delivery.attempt,
+                sensitive=sensitive_values(job_type.model, envelope.data),
+                now=now,
+            ),
                 try:
                     with time_limit(budget):
                         job_type.handler(payload, context)

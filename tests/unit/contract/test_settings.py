@@ -13,6 +13,7 @@ def test_settings_survive_the_trip_through_the_environment() -> None:
         schedule_runs_table="r",
         leases_table="l",
         limits_table="lim",
+        ledger_table="led",
     )
     environment = settings.to_environment()
     assert WorkerSettings.from_environment(environment) == settings

@@ -27,11 +27,12 @@ def test_stack_outputs_name_every_resource(empty_aws: None) -> None:
     target = stack_target(TOPOLOGY, Clients(), STACK)
     only = target.queue("only")
     assert (only.url, only.dlq_url, only.fifo) == ("https://sqs.example/only", "https://sqs.example/only-dlq", False)
-    assert (target.kind, target.audit_table, target.idempotency_table, target.limits_table) == (
+    assert (target.kind, target.audit_table, target.idempotency_table, target.limits_table, target.ledger_table) == (
         "aws",
         "Conveyor-OpsAudit-ABC",
         "Conveyor-Idempotency-DEF",
         "Conveyor-Limits-GHI",
+        "Conveyor-Ledger-JKL",
     )
     assert isinstance(target.event_sources, LambdaEventSources)
 
@@ -51,10 +52,11 @@ def test_local_target_finds_what_the_local_runtime_provisioned(empty_aws: None) 
     target = local_target(TOPOLOGY, Clients())
     assert target.queue("only").url == provisioned.queues["only"].url
     assert target.queue("only").dlq_url == provisioned.queues["only"].dlq_url
-    assert (target.audit_table, target.idempotency_table, target.limits_table) == (
+    assert (target.audit_table, target.idempotency_table, target.limits_table, target.ledger_table) == (
         provisioned.audit_table,
         provisioned.idempotency_table,
         provisioned.limits_table,
+        provisioned.ledger_table,
     )
     assert isinstance(target.event_sources, LocalEventSources)
     assert target.event_sources.state("only").enabled
