@@ -243,8 +243,8 @@ def test_conveyor_stats_counts_discarded_jobs_per_job_type(
 
     now = datetime.now(UTC)
     # Percentiles from raw values, as locally: in-process moto cannot answer a percentile query.
-    window = {"start": now - timedelta(minutes=10), "end": now + timedelta(minutes=1)}
-    stats = read_stats(cloudwatch, TOPOLOGY, **window, raw_values=tmp_path / "metrics.jsonl")
+    start, end = now - timedelta(minutes=10), now + timedelta(minutes=1)
+    stats = read_stats(cloudwatch, TOPOLOGY, start=start, end=end, raw_values=tmp_path / "metrics.jsonl")
     [fulfilled] = [entry for entry in stats if entry.job_type == "fulfil"]
     assert (fulfilled.counts[DISCARDED], fulfilled.counts["Succeeded"]) == (2, 1)
     header, *rows = render_stats([fulfilled]).splitlines()
