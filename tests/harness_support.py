@@ -19,7 +19,7 @@ from typing import Any
 
 from conveyor.local.event_source import to_lambda_record
 from conveyor.testing.queue_worker import QueueWorker
-from conveyor.worker.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED
+from conveyor.worker.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED, SHARD_DIMENSION
 from conveyor.worker.outcomes import JobOutcome
 from tests.aws import Aws
 from tests.lambda_context import lambda_context
@@ -75,14 +75,22 @@ def string_attributes(record: Record) -> dict[str, str]:
     return {name: value["stringValue"] for name, value in record["messageAttributes"].items()}
 
 
-def schedule_succeeded_counts(output: str) -> Counter[str]:
-    """The dead man's switch's metric in captured stdout: the ScheduleSucceeded sum per schedule."""
-    counts: Counter[str] = Counter()
+def schedule_succeeded_counts(output: str, *, per_shard: bool = False) -> Counter[Any]:
+    """The dead man's switch's metric in captured stdout: the ScheduleSucceeded sum per schedule (its
+    {schedule} documents), or with ``per_shard`` per (schedule, shard) (its {schedule, shard} documents)."""
+    counts: Counter[Any] = Counter()
     for line in output.splitlines():
         if line.startswith("{") and f'"{SCHEDULE_SUCCEEDED}"' in line:
             document = json.loads(line)
+            if (SHARD_DIMENSION in document) != per_shard:
+                continue
             value = document[SCHEDULE_SUCCEEDED]
-            counts[document[SCHEDULE_DIMENSION]] += int(sum(value) if isinstance(value, list) else value)
+            key = (
+                (document[SCHEDULE_DIMENSION], int(document[SHARD_DIMENSION]))
+                if per_shard
+                else document[SCHEDULE_DIMENSION]
+            )
+            counts[key] += int(sum(value) if isinstance(value, list) else value)
     return counts
 
 

@@ -37,10 +37,18 @@ SHARDS_FIELD = "shards"
 
 
 class MissedReason(StrEnum):
-    """Why an occurrence is recorded missed instead of run: the audit's reason codes."""
+    """Why an occurrence did not run (or not yet): the run audit's own reason codes.
+
+    The policies' two say which policy left an occurrence out; the other three name a cause:
+    the queue or the schedule was paused, the run's lease passed to another holder, a
+    destination the run declares was down (its breaker open). docs/schedules.md has the table.
+    """
 
     SKIPPED_BY_POLICY = "skipped_by_policy"
     BEYOND_CATCH_UP_LIMIT = "beyond_catch_up_limit"
+    PAUSED = "paused"
+    LEASE_LOST = "lease_lost"
+    DEPENDENCY_DOWN = "dependency_down"
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from conveyor.contract.errors import Continued, ContractError, Discard, Retryabl
 from conveyor.contract.job_context import JobContext
 from conveyor.contract.payloads import mask_values, sensitive_values
 from conveyor.contract.reasons import Reason, SnoozeReason
+from conveyor.contract.schedules import MissedReason
 from conveyor.contract.settings import SERVICE_NAME, WorkerSettings
 from conveyor.contract.timestamps import utc_text
 from conveyor.contract.topology import Topology
@@ -48,6 +49,7 @@ from conveyor.worker.destinations.guard import DestinationLimits, JobGuard
 from conveyor.worker.heartbeat import DEADLINE_MARGIN, Heartbeats, lease_for
 from conveyor.worker.effects import EffectLedger, RunEffects
 from conveyor.worker.idempotency import Completion, Discarded, IdempotentRunner, record_lifetime
+from conveyor.worker.lease import LeaseLostError
 from conveyor.worker.missed_runs import ScheduledRuns
 from conveyor.worker.outcomes import JobOutcome, Kind, Observer, ignore
 from conveyor.worker.timeouts import time_limit
@@ -216,6 +218,14 @@ class Harness:
             self._requeue(record, delivery, envelope, now, delivery.not_before - now, Kind.SNOOZED)
             return
         age = now - delivery.deadline_start(envelope.created_at)
+        if (
+            age > job_type.retry.max_wall_time
+            and self._scheduled
+            and self._scheduled.paused_past_deadline(envelope, delivery.attempt)
+        ):
+            # It waited out a pause of its queue: an operator's decision, not a failure to dead-letter.
+            self._report(Kind.DISCARDED, delivery, envelope, reason=MissedReason.PAUSED)
+            return
         if age > job_type.retry.max_wall_time:
             deadline = ContractError(
                 Reason.DEADLINE_EXCEEDED,
@@ -307,6 +317,12 @@ class Harness:
                         job_type.handler(payload, context)
                 except Continued as continued:
                     logger.info("job continues in its next chunk", extra={"next_job_id": continued.next_job_id})
+                    if self._scheduled:  # its occurrence succeeds with its last chunk
+                        self._scheduled.continued(envelope, continued.next_job_id)
+                except LeaseLostError as lost:  # a scheduled run's work passed to the lease's new holder: let it go
+                    if self._scheduled is None or not self._scheduled.lease_lost(envelope, delivery.attempt):
+                        raise
+                    return Discarded(truncate(self._describe(lost, envelope)))
                 except Discard as discard:  # final on purpose: the key completes, and records why
                     return Discarded(truncate(self._describe(discard, envelope)))
                 except Snooze:
@@ -328,6 +344,8 @@ class Harness:
                 completion = self._runners[job_type.name].run(key, call_handler)
         except Snooze as snooze:
             reason = snooze.reason if isinstance(snooze, Throttled) else None
+            if self._scheduled and reason is SnoozeReason.BREAKER_OPEN:
+                self._scheduled.waiting(envelope, MissedReason.DEPENDENCY_DOWN)
             self._requeue(record, delivery, envelope, now, snooze.delay, Kind.SNOOZED, reason=reason)
         except IdempotencyAlreadyInProgressError:
             # Another invocation holds the key (a duplicate delivery, or a worker that crashed mid-job): not

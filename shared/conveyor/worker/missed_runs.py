@@ -10,6 +10,7 @@ applies the schedule's missed-run policy to the occurrences in between, then adv
 is dead-lettered, ``failed`` with the dead-letter reason. The rows live in conveyor.worker.schedule_runs.
 """
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -22,12 +23,20 @@ from conveyor.contract import limits
 from conveyor.contract.cron import next_occurrence, occurrences
 from conveyor.contract.envelope import Envelope
 from conveyor.contract.errors import ConveyorError
+from conveyor.contract.reasons import Reason
 from conveyor.contract.schedule_inputs import Occurrence, parse_occurrence_id, render_catch_up, schedule_input
-from conveyor.contract.schedules import Schedule
+from conveyor.contract.schedules import MissedReason, Schedule
 from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.topology import Topology
-from conveyor.worker.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED, metric_set
-from conveyor.worker.schedule_runs import RunStatus, ScheduleRuns, shards_of, utc_seconds
+from conveyor.worker.metrics import SCHEDULE_DIMENSION, SCHEDULE_SUCCEEDED, SHARD_DIMENSION, metric_set
+from conveyor.worker.schedule_runs import (
+    RunStatus,
+    ScheduleRuns,
+    ScheduleState,
+    occurrence_job_id,
+    shards_of,
+    utc_seconds,
+)
 
 logger = Logger(service=SERVICE_NAME)
 
@@ -35,6 +44,8 @@ logger = Logger(service=SERVICE_NAME)
 # that found them: bound that work, so the first run after a long outage of a frequent schedule
 # does not spend its invocation on the audit. Older ones are only logged.
 MAX_MISSED_ROWS = 100
+# A continued chunk's id is its first job's id plus "#<chunk number>" (conveyor.worker.checkpoints).
+_CHUNK_SUFFIX = re.compile(r"#\d+$")
 
 
 class CatchUpError(ConveyorError):
@@ -68,15 +79,20 @@ def apply_missed_policy(schedule: Schedule, missed: Sequence[datetime]) -> Misse
     return MissedRunPlan(to_enqueue=ordered[split:], to_record_missed=ordered[:split])
 
 
-def emit_schedule_succeeded(schedule: str) -> None:
-    """The dead man's switch's metric: 1 per occurrence (and shard) that succeeded, dimension ``schedule``.
+def emit_schedule_succeeded(schedule: str, shard: int | None = None) -> None:
+    """The dead man's switch's metric: 1 per occurrence (and shard) that succeeded, dimension ``schedule``;
+    a sharded schedule's shard writes it a second time with ``schedule`` and ``shard``, which its shard's alarm reads.
 
-    Written as its own EMF document right away rather than buffered with the job metrics: a
-    scheduled run is rare, and the alarm reads this dimension set alone.
+    Written as their own EMF documents right away rather than buffered with the job metrics: a
+    scheduled run is rare, and each alarm reads one dimension set alone.
     """
-    metrics = metric_set(((SCHEDULE_DIMENSION, schedule),))
-    metrics.add_metric(name=SCHEDULE_SUCCEEDED, unit=MetricUnit.Count, value=1)
-    metrics.flush_metrics()
+    dimension_sets = [((SCHEDULE_DIMENSION, schedule),)]
+    if shard is not None:
+        dimension_sets.append(((SCHEDULE_DIMENSION, schedule), (SHARD_DIMENSION, str(shard))))
+    for dimensions in dimension_sets:
+        metrics = metric_set(dimensions)
+        metrics.add_metric(name=SCHEDULE_SUCCEEDED, unit=MetricUnit.Count, value=1)
+        metrics.flush_metrics()
 
 
 class ScheduledRuns:
@@ -118,6 +134,14 @@ class ScheduledRuns:
             return None
         return occurrence if occurrence.shard in shards_of(schedule) else None
 
+    def carried(self, envelope: Envelope) -> Occurrence | None:
+        """The occurrence a job runs, itself or as one of its continued chunks (``<occurrence id>#<n>``)."""
+        occurrence = self.occurrence(envelope)
+        if occurrence is None and _CHUNK_SUFFIX.search(envelope.id):
+            first = envelope.model_copy(update={"id": _CHUNK_SUFFIX.sub("", envelope.id)})
+            occurrence = self.occurrence(first)
+        return occurrence
+
     def begin(self, envelope: Envelope) -> None:
         """Before the handler: claim the occurrence and, on its first attempt, account for the ones missed before it."""
         occurrence = self.occurrence(envelope)
@@ -136,17 +160,67 @@ class ScheduledRuns:
             return  # a late delivery, or another shard of the newest: that run accounted for the gap
         # A retry (or a duplicate) of this run finds the state not yet advanced and applies the policy
         # again: occurrences already recorded are left out, and catch-up sends carry fixed ids.
-        self._account_for_missed(schedule, last, moment, envelope)
+        self._account_for_missed(schedule, state, moment, envelope)
         self.runs.advance(schedule.name, moment, next_occurrence(schedule, moment, anchor=moment))
 
     def succeeded(self, envelope: Envelope, attempt: int) -> None:
-        """After a run (or a duplicate of one) succeeded: record it; the first record writes the metric."""
-        occurrence = self.occurrence(envelope)
+        """After a run (or a duplicate of one) succeeded: record it; the first record writes the metric.
+
+        A run that continued in a chunk has not succeeded yet: its occurrence succeeds with its last chunk.
+        """
+        occurrence = self.carried(envelope)
         if occurrence is None:
             return
-        if self.runs.record_succeeded(occurrence, job_id=envelope.id, attempts=attempt):
+        chunk = envelope.id != occurrence_job_id(occurrence)
+        if self.runs.record_succeeded(occurrence, job_id=envelope.id, attempts=attempt, chunk=chunk):
             self.runs.record_outcome(occurrence.schedule, occurrence.scheduled_time, RunStatus.SUCCEEDED)
-            emit_schedule_succeeded(occurrence.schedule)
+            emit_schedule_succeeded(occurrence.schedule, occurrence.shard)
+
+    def continued(self, envelope: Envelope, next_job_id: str) -> None:
+        """The run handed its work to its next chunk (enqueued): the occurrence's run goes on in that chunk."""
+        occurrence = self.carried(envelope)
+        if occurrence is not None:
+            self.runs.record_continued(occurrence, job_id=envelope.id, next_job_id=next_job_id)
+
+    def waiting(self, envelope: Envelope, reason: MissedReason) -> None:
+        """The run was snoozed for ``reason`` (a declared destination is down): ``pending`` with it until it ends.
+
+        Best effort: the snooze is what makes the run wait; the row only says why.
+        """
+        occurrence = self.carried(envelope)
+        if occurrence is None:
+            return
+        try:
+            self.runs.record_waiting(occurrence, reason)
+        except (BotoCoreError, ClientError):
+            logger.warning("could not record a scheduled run's wait in the run audit", exc_info=True)
+
+    def lease_lost(self, envelope: Envelope, attempt: int) -> bool:
+        """The run's lease passed to another holder: recorded ``missed`` with ``lease_lost``; False if not scheduled.
+
+        Not a failure and not retried: the lease's new holder does the work now.
+        """
+        occurrence = self.carried(envelope)
+        if occurrence is None:
+            return False
+        self._end(occurrence, envelope, attempt, MissedReason.LEASE_LOST)
+        return True
+
+    def paused_past_deadline(self, envelope: Envelope, attempt: int) -> bool:
+        """For a run past its ``max_wall_time``: if it waited out a pause of its queue (or schedule), record it
+        ``missed`` with ``paused`` and return True, so it is let go rather than dead-lettered."""
+        occurrence = self.carried(envelope)
+        if occurrence is None:
+            return False
+        state = self.runs.state(occurrence.schedule)
+        if state is None or not state.paused_between(occurrence.scheduled_time, self._clock()):
+            return False
+        self._end(occurrence, envelope, attempt, MissedReason.PAUSED)
+        return True
+
+    def _end(self, occurrence: Occurrence, envelope: Envelope, attempt: int, reason: MissedReason) -> None:
+        if self.runs.record_ended(occurrence, job_id=envelope.id, attempts=attempt, reason=reason):
+            self.runs.record_outcome(occurrence.schedule, occurrence.scheduled_time, RunStatus.MISSED)
 
     def discarded(self, envelope: Envelope, reason: str, attempt: int) -> None:
         """After its handler (or the run a duplicate repeats) discarded it: recorded, without the dead man's metric."""
@@ -158,22 +232,34 @@ class ScheduledRuns:
 
     def failed(self, envelope: Envelope, reason: str, attempt: int) -> None:
         """After the job was dead-lettered. Best effort: the DLQ already holds the job and its reason."""
-        occurrence = self.occurrence(envelope)
+        occurrence = self.carried(envelope)
         if occurrence is None:
             return
         try:
-            if self.runs.record_failed(occurrence, job_id=envelope.id, attempts=attempt, reason=reason):
+            # A run that waited on a dependency until it could no longer run in time failed for that dependency.
+            waited = reason == Reason.DEADLINE_EXCEEDED and self.runs.record_failed(
+                occurrence,
+                job_id=envelope.id,
+                attempts=attempt,
+                reason=MissedReason.DEPENDENCY_DOWN,
+                waiting_on=MissedReason.DEPENDENCY_DOWN,
+            )
+            if waited or self.runs.record_failed(occurrence, job_id=envelope.id, attempts=attempt, reason=reason):
                 self.runs.record_outcome(occurrence.schedule, occurrence.scheduled_time, RunStatus.FAILED)
         except (BotoCoreError, ClientError):
             logger.warning("could not record a dead-lettered scheduled run in the run audit", exc_info=True)
 
     def _account_for_missed(
-        self, schedule: Schedule, last: datetime | None, moment: datetime, envelope: Envelope
+        self, schedule: Schedule, state: ScheduleState | None, moment: datetime, envelope: Envelope
     ) -> None:
-        missed = missed_occurrences(schedule, last, moment)
+        missed = missed_occurrences(schedule, state.last_scheduled if state else None, moment)
         if not missed:
             return
         shards = shards_of(schedule)
+        # Occurrences that fell due while the schedule (or its queue) was paused were left out on purpose:
+        # recorded missed as paused, never caught up. The policy decides about the rest.
+        paused = [t for t in missed if state is not None and state.paused_at(t)]
+        missed = [t for t in missed if t not in paused]
         plan = apply_missed_policy(schedule, missed)
 
         def unknown(moments: Sequence[datetime]) -> list[datetime]:
@@ -185,13 +271,17 @@ class ScheduledRuns:
         # Catch-ups carry the ARN of the schedule whose run enqueued them: their actor.
         self._enqueue_catch_ups(schedule, plan.to_enqueue, envelope.correlation.actor or schedule.name)
         limit = max(1, MAX_MISSED_ROWS // len(shards))
-        recorded, unrecorded = plan.to_record_missed[-limit:], plan.to_record_missed[:-limit]
+        reasons = {t: MissedReason.PAUSED for t in unknown(paused)}
+        reasons |= {t: schedule.missed.reason for t in plan.to_record_missed}
+        ordered = sorted(reasons)
+        recorded, unrecorded = ordered[-limit:], ordered[:-limit]
         for missed_time in recorded:
             for shard in shards:
-                self.runs.record_missed(Occurrence(schedule.name, missed_time, shard), schedule.missed.reason)
+                self.runs.record_missed(Occurrence(schedule.name, missed_time, shard), reasons[missed_time])
         log = {
             "schedule": schedule.name,
-            "missed": len(missed),
+            "missed": len(missed) + len(paused),
+            "paused": len(paused),
             "caught_up": len(plan.to_enqueue),
             "recorded_missed": len(recorded),
             "reason": schedule.missed.reason.value,

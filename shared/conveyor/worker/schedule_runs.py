@@ -4,7 +4,9 @@ Items are keyed by ``id``:
 
 - ``<schedule>``: the schedule's state. ``last_scheduled`` is the newest occurrence a run has
   claimed, ``last_status`` that occurrence's status, ``last_success`` the newest occurrence that
-  succeeded, ``next_expected`` the occurrence after ``last_scheduled``. It never expires.
+  succeeded, ``next_expected`` the occurrence after ``last_scheduled``; ``paused_at`` (and
+  ``pause_until``) while the schedule or its queue is paused, and ``pauses``, the latest pause
+  windows, which ops writes and the missed-run accounting reads. It never expires.
 - ``<schedule>@<scheduled time>`` (plus ``#<shard>`` on a sharded schedule, like the job's id
   without its ``schedule:`` prefix): one occurrence, with its ``status``, a ``reason`` code, the
   ``attempts`` that ended it, its ``job_id`` and times. It expires after ``RETENTION``.
@@ -17,12 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from aws_lambda_powertools import Logger
 
 from conveyor.contract.schedule_inputs import ORIGIN_PREFIX, Occurrence
-from conveyor.contract.schedules import Schedule
+from conveyor.contract.schedules import MissedReason, Schedule
 from conveyor.contract.settings import SERVICE_NAME
 from conveyor.contract.timestamps import parse_utc, utc_text
 
@@ -41,11 +43,21 @@ ATTEMPTS = "attempts"
 JOB_ID = "job_id"
 CLAIMED_AT = "claimed_at"
 RECORDED_AT = "recorded_at"
+# The chunk (job id) that carries an occurrence's run on, after it continued (ctx.continue_later).
+CONTINUED_IN = "continued_in"
 # The state item's attributes.
 LAST_SCHEDULED = "last_scheduled"
 LAST_SUCCESS = "last_success"
 LAST_STATUS = "last_status"
 NEXT_EXPECTED = "next_expected"
+# Pause markers: an open pause's start (and planned end, for a timed one), and the closed windows.
+PAUSED_AT = "paused_at"
+PAUSE_UNTIL = "pause_until"
+PAUSES = "pauses"
+# Closed pause windows kept on the state item, newest last: enough for any gap a run will look into
+# (a schedule paused and resumed more often than this between two runs is recorded by its latest pauses).
+MAX_PAUSES = 20
+_WINDOW_SEPARATOR = "/"
 
 # The reason on an occurrence a catch-up run enqueued; the others are MissedReason's and the dead-letter Reasons.
 CAUGHT_UP = "caught_up"
@@ -74,6 +86,16 @@ class RunRecord:
     job_id: str | None
 
 
+class PauseWindow(NamedTuple):
+    """When a schedule, or its queue, was paused: ``end`` None while the pause is open and untimed."""
+
+    start: datetime
+    end: datetime | None
+
+    def holds(self, moment: datetime) -> bool:
+        return self.start <= moment and (self.end is None or moment < self.end)
+
+
 @dataclass(frozen=True)
 class ScheduleState:
     """A schedule's state item, read back."""
@@ -82,6 +104,15 @@ class ScheduleState:
     last_success: datetime | None
     last_status: RunStatus | None
     next_expected: datetime | None
+    pauses: tuple[PauseWindow, ...] = ()
+
+    def paused_at(self, moment: datetime) -> bool:
+        """Whether ``moment`` fell inside a recorded pause of the schedule or its queue."""
+        return any(window.holds(moment) for window in self.pauses)
+
+    def paused_between(self, since: datetime, until: datetime) -> bool:
+        """Whether a recorded pause overlaps ``[since, until]``: a job enqueued at ``since`` may have waited it out."""
+        return any(w.start <= until and (w.end is None or w.end > since) for w in self.pauses)
 
 
 def occurrence_key(occurrence: Occurrence) -> str:
@@ -156,34 +187,91 @@ class ScheduleRuns:
         """The occurrence will not run; written only if nothing is known of it yet (it may have run late)."""
         return self._create(occurrence, {STATUS: _s(RunStatus.MISSED), REASON: _s(reason)})
 
-    def record_succeeded(self, occurrence: Occurrence, *, job_id: str, attempts: int) -> bool:
-        """True if this call recorded the success; False if it was recorded before (a duplicate)."""
-        return self._finish(occurrence, RunStatus.SUCCEEDED, job_id=job_id, attempts=attempts)
+    def record_succeeded(self, occurrence: Occurrence, *, job_id: str, attempts: int, chunk: bool = False) -> bool:
+        """True if this call recorded the success; False if it was recorded before (a duplicate), or if
+        ``job_id`` is a run the occurrence has continued past: only its last chunk's success counts, and a
+        ``chunk`` only if the occurrence's run continued in it."""
+        carried = f"#{CONTINUED_IN} = :{JOB_ID}"
+        if not chunk:
+            carried = f"(attribute_not_exists(#{CONTINUED_IN}) OR {carried})"
+        return self._finish(
+            occurrence,
+            RunStatus.SUCCEEDED,
+            job_id=job_id,
+            attempts=attempts,
+            condition=f"(attribute_not_exists(#{STATUS}) OR #{STATUS} <> :succeeded) AND {carried}",
+            condition_values={":succeeded": _s(RunStatus.SUCCEEDED)},
+        )
 
-    def record_failed(self, occurrence: Occurrence, *, job_id: str, attempts: int, reason: str) -> bool:
+    def record_continued(self, occurrence: Occurrence, *, job_id: str, next_job_id: str) -> bool:
+        """The run (or chunk) ``job_id`` handed its work to the chunk ``next_job_id``: the occurrence stays running."""
+        fields = {**self._stamp(occurrence, self._clock()), STATUS: _s(RunStatus.RUNNING)}
+        fields[CONTINUED_IN] = _s(next_job_id)
+        return self._update(
+            occurrence_key(occurrence),
+            fields,
+            condition=f"#{STATUS} <> :succeeded AND (attribute_not_exists(#{CONTINUED_IN}) OR #{CONTINUED_IN} = :job)",
+            condition_values={":succeeded": _s(RunStatus.SUCCEEDED), ":job": _s(job_id)},
+        )
+
+    def record_waiting(self, occurrence: Occurrence, reason: MissedReason) -> bool:
+        """A claimed run is waiting (snoozed) for ``reason``: ``pending`` until it runs to an end."""
+        return self._update(
+            occurrence_key(occurrence),
+            {**self._stamp(occurrence, self._clock()), STATUS: _s(RunStatus.PENDING), REASON: _s(reason)},
+            condition=f"#{STATUS} IN (:running, :pending)",
+            condition_values={":running": _s(RunStatus.RUNNING), ":pending": _s(RunStatus.PENDING)},
+        )
+
+    def record_failed(
+        self, occurrence: Occurrence, *, job_id: str, attempts: int, reason: str, waiting_on: str | None = None
+    ) -> bool:
         """The run was dead-lettered with ``reason``: recorded for an occurrence nobody accounted for yet,
-        or one a run claimed. A stale copy dead-lettered for its age leaves a queued catch-up (pending),
-        a recorded miss and a success alone."""
+        one a run claimed, or one waiting (``pending``) on the reason ``waiting_on``. A stale copy
+        dead-lettered for its age leaves a queued catch-up (pending), a recorded miss and a success alone."""
+        condition = f"attribute_not_exists(#{STATUS}) OR #{STATUS} = :running"
+        values = {":running": _s(RunStatus.RUNNING)}
+        if waiting_on is not None:
+            condition = f"#{STATUS} = :pending AND #{REASON} = :waiting_on"
+            values = {":pending": _s(RunStatus.PENDING), ":waiting_on": _s(waiting_on)}
         return self._finish(
             occurrence,
             RunStatus.FAILED,
             job_id=job_id,
             attempts=attempts,
             reason=reason,
-            condition=f"attribute_not_exists(#{STATUS}) OR #{STATUS} = :running",
-            condition_values={":running": _s(RunStatus.RUNNING)},
+            condition=condition,
+            condition_values=values,
+        )
+
+    def record_ended(self, occurrence: Occurrence, *, job_id: str, attempts: int, reason: MissedReason) -> bool:
+        """A run ended without running to completion and without failing (its lease lost, its queue paused past its
+        deadline): ``missed`` with ``reason``, unless it was recorded succeeded or failed before."""
+        return self._finish(
+            occurrence,
+            RunStatus.MISSED,
+            job_id=job_id,
+            attempts=attempts,
+            reason=reason,
+            condition=f"attribute_not_exists(#{STATUS}) OR #{STATUS} IN (:running, :pending, :missed)",
+            condition_values={
+                ":running": _s(RunStatus.RUNNING),
+                ":pending": _s(RunStatus.PENDING),
+                ":missed": _s(RunStatus.MISSED),
+            },
         )
 
     def record_discarded(self, occurrence: Occurrence, *, job_id: str, attempts: int, reason: str) -> bool:
-        """The run's handler discarded it with ``reason``: recorded over a claimed (or waiting) run;
-        False if recorded before (a duplicate) or the occurrence ended otherwise."""
+        """The run's handler discarded it with ``reason``: recorded over a claimed (or waiting) run, by its last
+        chunk if it continued; False if recorded before (a duplicate) or the occurrence ended otherwise."""
         return self._finish(
             occurrence,
             RunStatus.DISCARDED,
             job_id=job_id,
             attempts=attempts,
             reason=reason,
-            condition=f"attribute_not_exists(#{STATUS}) OR #{STATUS} IN (:running, :pending)",
+            condition=f"(attribute_not_exists(#{STATUS}) OR #{STATUS} IN (:running, :pending)) AND "
+            f"(attribute_not_exists(#{CONTINUED_IN}) OR #{CONTINUED_IN} = :{JOB_ID})",
             condition_values={":running": _s(RunStatus.RUNNING), ":pending": _s(RunStatus.PENDING)},
         )
 
@@ -209,11 +297,43 @@ class ScheduleRuns:
         def moment(name: str) -> datetime | None:
             return parse_utc(item[name]["S"]) if name in item else None
 
+        windows = [_window(value["S"]) for value in item.get(PAUSES, {}).get("L", [])]
+        if PAUSED_AT in item:
+            windows.append(PauseWindow(parse_utc(item[PAUSED_AT]["S"]), moment(PAUSE_UNTIL)))
         return ScheduleState(
             last_scheduled=moment(LAST_SCHEDULED),
             last_success=moment(LAST_SUCCESS),
             last_status=RunStatus(item[LAST_STATUS]["S"]) if LAST_STATUS in item else None,
             next_expected=moment(NEXT_EXPECTED),
+            pauses=tuple(windows),
+        )
+
+    def pause(self, schedule: str, at: datetime, *, until: datetime | None = None) -> None:
+        """Open a pause of ``schedule`` (or of its queue) at ``at``; a timed one ends by itself at ``until``.
+
+        Pausing what is paused keeps the open pause's start and changes only its planned end.
+        """
+        end = {PAUSE_UNTIL: _s(utc_seconds(until))} if until is not None else {}
+        remove = () if until is not None else (PAUSE_UNTIL,)
+        opened = {PAUSED_AT: _s(utc_seconds(at)), **end}
+        if not self._update(schedule, opened, remove=remove, condition=f"attribute_not_exists(#{PAUSED_AT})"):
+            self._update(schedule, end, remove=remove, condition=f"attribute_exists(#{PAUSED_AT})")
+
+    def resume(self, schedule: str, at: datetime) -> None:
+        """Close the open pause at ``at`` (or at its planned end, if that came first) and keep it in ``pauses``."""
+        state = self._dynamodb.get_item(TableName=self._table, Key={KEY: _s(schedule)}, ConsistentRead=True).get("Item")
+        if state is None or PAUSED_AT not in state:
+            return
+        start = state[PAUSED_AT]["S"]
+        until = state.get(PAUSE_UNTIL, {}).get("S")
+        end = min(utc_seconds(at), until) if until else utc_seconds(at)
+        kept = [value for value in state.get(PAUSES, {}).get("L", [])][-(MAX_PAUSES - 1) :]
+        self._update(
+            schedule,
+            {PAUSES: {"L": [*kept, _s(f"{start}{_WINDOW_SEPARATOR}{end}")]}},  # type: ignore[dict-item]
+            remove=(PAUSED_AT, PAUSE_UNTIL),
+            condition=f"#{PAUSED_AT} = :started",
+            condition_values={":started": _s(start)},
         )
 
     def advance(self, schedule: str, scheduled_time: datetime, next_expected: datetime | None) -> bool:
@@ -294,10 +414,12 @@ class ScheduleRuns:
         condition_values: Mapping[str, AttributeValue] | None = None,
     ) -> bool:
         """SET ``fields`` (each as ``#name = :name``) and REMOVE ``remove`` if ``condition`` holds; False if not."""
-        expression = "SET " + ", ".join(f"#{name} = :{name}" for name in fields)
+        parts = [f"SET {', '.join(f'#{name} = :{name}' for name in fields)}"] if fields else []
         if remove:
-            expression += " REMOVE " + ", ".join(f"#{name}" for name in remove)
+            parts.append("REMOVE " + ", ".join(f"#{name}" for name in remove))
+        expression = " ".join(parts)
         names = {f"#{name}": name for name in _PLACEHOLDER.findall(f"{expression} {condition}")}
+        values = {f":{name}": value for name, value in fields.items()} | dict(condition_values or {})
         try:
             self._dynamodb.update_item(
                 TableName=self._table,
@@ -305,8 +427,7 @@ class ScheduleRuns:
                 UpdateExpression=expression,
                 ConditionExpression=condition,
                 ExpressionAttributeNames=names,
-                ExpressionAttributeValues={f":{name}": value for name, value in fields.items()}
-                | dict(condition_values or {}),
+                **({"ExpressionAttributeValues": values} if values else {}),
             )
         except self._dynamodb.exceptions.ConditionalCheckFailedException:
             return False
@@ -322,3 +443,8 @@ def _record(item: Mapping[str, AttributeValue]) -> RunRecord:
         attempts=int(item[ATTEMPTS]["N"]) if ATTEMPTS in item else None,
         job_id=item[JOB_ID]["S"] if JOB_ID in item else None,
     )
+
+
+def _window(text: str) -> PauseWindow:
+    start, end = text.split(_WINDOW_SEPARATOR)
+    return PauseWindow(parse_utc(start), parse_utc(end))

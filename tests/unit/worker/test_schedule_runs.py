@@ -16,23 +16,31 @@ from conveyor.contract.reasons import Reason
 from conveyor.contract.schedule_inputs import Occurrence, render_catch_up, render_input, schedule_input
 from conveyor.contract.schedules import MissedReason, Schedule
 from conveyor.contract.topology import Topology
+from conveyor.ops.schedule_pauses import SchedulePauses
 from conveyor.worker import missed_runs
+from conveyor.worker.lease import Lease, Leases
 from conveyor.worker.outcomes import Kind
-from conveyor.worker.schedule_runs import CAUGHT_UP, RunStatus, ScheduleRuns, occurrence_job_id
+from conveyor.worker.schedule_runs import CAUGHT_UP, PauseWindow, RunStatus, ScheduleRuns, occurrence_job_id
 from tests.aws import Aws
 from tests.fixtures.schedule_runs_topology import (
     CATCHING_UP,
+    CHUNKED,
+    DEPENDENT,
     FAILING,
+    LEASE_TTL,
+    LEASED,
     MAX_CATCH_UP_RUNS,
     QUEUE,
     RUNS,
     SHARDED,
     SHARDS,
     SKIPPING,
+    SNOOZE,
     TOPOLOGY,
+    Hooks,
     tick,
 )
-from tests.harness_support import QueueDriver, schedule_succeeded_counts
+from tests.harness_support import QueueDriver, Record, requests_to, schedule_succeeded_counts
 
 ARN = "arn:aws:scheduler:us-east-1:123456789012:schedule/conveyor/test"
 # Runs happen this long after their scheduled time (Scheduler's own delay, plus the queue's).
@@ -261,7 +269,10 @@ def test_a_sharded_schedule_records_each_shard_of_each_missed_occurrence(
         **{(moment, shard): RunStatus.MISSED for moment in OUTAGE for shard in shards},
     }
     assert sorted(runs) == sorted(job_id(SHARDED, moment, shard) for moment in (BEFORE, AFTER) for shard in shards)
-    assert schedule_succeeded_counts(capsys.readouterr().out) == {SHARDED.name: 2 * SHARDS}
+    out = capsys.readouterr().out
+    assert schedule_succeeded_counts(out) == {SHARDED.name: 2 * SHARDS}
+    # Each shard's own dead man's switch reads {schedule, shard}.
+    assert schedule_succeeded_counts(out, per_shard=True) == {(SHARDED.name, shard): 2 for shard in shards}
 
 
 def test_a_first_run_after_a_long_outage_records_only_the_latest_missed_occurrences(
@@ -292,14 +303,191 @@ def test_a_dead_lettered_run_is_recorded_failed_with_its_reason_and_writes_no_me
 def test_a_continued_chunk_of_a_scheduled_job_is_not_taken_for_an_occurrence(
     queue: QueueDriver, audit: ScheduleRuns, runs: list[str]
 ) -> None:
-    """``<occurrence id>#1`` is the id of its next chunk; on an unsharded schedule, it reads like shard 1's."""
+    """``<occurrence id>#1`` is the id of its next chunk; on an unsharded schedule, it reads like shard 1's.
+
+    It claims nothing and looks for no missed occurrence: only the occurrence's own first run does.
+    """
     chunk = json.loads(delivered(SKIPPING, AFTER))
     chunk["id"] = f"{chunk['id']}#1"
     queue.now = AFTER + RUN_DELAY
     assert queue.run(queue.send_and_receive(json.dumps(chunk))) == []
 
     assert runs == [chunk["id"]]
-    assert audit.runs(SKIPPING.name) == []
+    assert audit.state(SKIPPING.name) is None
+
+
+def run_chunk(queue: QueueDriver, record: Record | None = None) -> str:
+    """Run the chunk the last run handed off, on the clock it was enqueued at (a hand-off stamps ``created_at``
+    with the time of the enqueue, as every producer does); its job id."""
+    record = record or queue.receive_one()
+    envelope = json.loads(record["body"])
+    queue.now = datetime.fromisoformat(envelope["created_at"]) + RUN_DELAY
+    assert queue.run(record) == []
+    return str(envelope["id"])
+
+
+def test_an_occurrence_that_continues_in_chunks_succeeds_with_its_last_chunk_only(
+    queue: QueueDriver, audit: ScheduleRuns, runs: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = delivered(CHUNKED, AFTER)
+    queue.now = AFTER + RUN_DELAY
+    assert queue.run(queue.send_and_receive(first)) == []
+    assert rows(audit, CHUNKED) == {AFTER: (RunStatus.RUNNING, None)}, "its first chunk continued: not done yet"
+    assert run_chunk(queue) == f"{job_id(CHUNKED, AFTER)}#1"
+    assert rows(audit, CHUNKED) == {AFTER: (RunStatus.RUNNING, None)}
+    assert schedule_succeeded_counts(capsys.readouterr().out) == {}
+    last = queue.receive_one()  # held aside while a duplicate of the first chunk comes back
+    queue.now = AFTER + RUN_DELAY
+    assert queue.run(queue.send_and_receive(first)) == []  # absorbed: it must not mark the occurrence succeeded
+    assert rows(audit, CHUNKED) == {AFTER: (RunStatus.RUNNING, None)}
+
+    assert run_chunk(queue, last) == f"{job_id(CHUNKED, AFTER)}#2"  # the last chunk completes
+
+    (row,) = audit.runs(CHUNKED.name)
+    assert (row.status, row.job_id) == (RunStatus.SUCCEEDED, f"{job_id(CHUNKED, AFTER)}#2")
+    state = audit.state(CHUNKED.name)
+    assert state is not None
+    assert (state.last_status, state.last_success) == (RunStatus.SUCCEEDED, AFTER)
+    assert schedule_succeeded_counts(capsys.readouterr().out) == {CHUNKED.name: 1}
+    assert runs == [job_id(CHUNKED, AFTER), f"{job_id(CHUNKED, AFTER)}#1", f"{job_id(CHUNKED, AFTER)}#2"]
+
+
+@pytest.fixture
+def breaker_open() -> Iterator[None]:
+    Hooks.breaker_open = True
+    yield
+    Hooks.breaker_open = False
+
+
+def snoozed_run(queue: QueueDriver, aws: Aws, schedule: Schedule, moment: datetime) -> dict[str, Any]:
+    """Deliver and run the occurrence, which snoozes; the copy the harness re-sent for later."""
+    queue.now = moment + RUN_DELAY
+    record = queue.send_and_receive(delivered(schedule, moment))
+    with requests_to(aws.sqs, "SendMessage") as sends:
+        assert queue.run(record) == []
+    assert [outcome.kind for outcome in queue.outcomes] == [Kind.SNOOZED]
+    (resend,) = sends
+    return resend
+
+
+@pytest.mark.usefixtures("breaker_open")
+def test_a_run_snoozed_on_an_open_breaker_is_pending_as_dependency_down_until_it_runs(
+    queue: QueueDriver, audit: ScheduleRuns, aws: Aws, runs: list[str]
+) -> None:
+    resend = snoozed_run(queue, aws, DEPENDENT, AFTER)
+    assert rows(audit, DEPENDENT) == {AFTER: (RunStatus.PENDING, MissedReason.DEPENDENCY_DOWN)}
+    assert runs == []
+
+    Hooks.breaker_open = False  # the dependency is back
+    queue.now += SNOOZE
+    queue.resend_now(resend)
+    assert queue.run(queue.receive_one()) == []
+
+    assert runs == [job_id(DEPENDENT, AFTER)]
+    (row,) = audit.runs(DEPENDENT.name)
+    assert (row.status, row.reason) == (RunStatus.SUCCEEDED, MissedReason.DEPENDENCY_DOWN), "it waited, then ran"
+
+
+@pytest.mark.usefixtures("breaker_open")
+def test_a_run_whose_dependency_stays_down_past_its_wall_time_fails_as_dependency_down(
+    queue: QueueDriver, audit: ScheduleRuns, aws: Aws, runs: list[str]
+) -> None:
+    resend = snoozed_run(queue, aws, DEPENDENT, AFTER)
+    queue.now = AFTER + tick.retry.max_wall_time + HOUR  # still down when it comes back, too late to run
+    queue.resend_now(resend)
+
+    assert queue.run(queue.receive_one()) == []
+
+    assert [letter.attributes["conveyor.reason"] for letter in queue.dead_letters()] == [Reason.DEADLINE_EXCEEDED]
+    assert rows(audit, DEPENDENT) == {AFTER: (RunStatus.FAILED, MissedReason.DEPENDENCY_DOWN)}
+    state = audit.state(DEPENDENT.name)
+    assert state is not None
+    assert state.last_status == RunStatus.FAILED
+    assert runs == []
+
+
+@pytest.fixture
+def leases(aws: Aws) -> Iterator[list[datetime]]:
+    """The leased job's leases, on a clock the test moves; reset after."""
+    now = [AFTER]
+    Hooks.leases = Leases(aws.dynamodb, aws.provisioned.leases_table, clock=lambda: now[0])
+    yield now
+    Hooks.leases = None
+    Hooks.while_holding = staticmethod(lambda lease: None)
+
+
+def test_a_shard_whose_lease_is_taken_over_is_recorded_lease_lost_and_neither_retried_nor_dead_lettered(
+    queue: QueueDriver, audit: ScheduleRuns, leases: list[datetime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    def stall_on_shard_0(lease: Lease) -> None:
+        if lease.name.endswith("-0"):  # shard 0 stalls past its lease, and a standby takes the shard over
+            leases[0] = lease.expires_at + timedelta(seconds=1)
+            assert Hooks.leases is not None
+            assert Hooks.leases.acquire(lease.name, holder="standby", ttl=LEASE_TTL) is not None
+
+    Hooks.while_holding = staticmethod(stall_on_shard_0)
+    run_occurrence(queue, LEASED, AFTER)  # no batch item failure: nothing is retried
+
+    recorded = {r.occurrence.shard: (r.status, r.reason) for r in audit.runs(LEASED.name)}
+    assert recorded == {0: (RunStatus.MISSED, MissedReason.LEASE_LOST), 1: (RunStatus.SUCCEEDED, None)}
+    assert queue.dead_letters() == []
+    assert sorted(outcome.kind for outcome in queue.outcomes) == sorted([Kind.DISCARDED, Kind.SUCCEEDED])
+    out = capsys.readouterr().out
+    assert schedule_succeeded_counts(out, per_shard=True) == {(LEASED.name, 1): 1}, "shard 0's alarm sees no success"
+
+
+def test_occurrences_that_fell_due_while_the_queue_was_paused_are_missed_as_paused_and_never_caught_up(
+    queue: QueueDriver, audit: ScheduleRuns, aws: Aws
+) -> None:
+    run_occurrence(queue, CATCHING_UP, BEFORE)
+    pause_clock = [BEFORE + timedelta(minutes=30)]
+    pauses = SchedulePauses(TOPOLOGY, aws.dynamodb, aws.provisioned.schedule_runs_table, clock=lambda: pause_clock[0])
+    assert CATCHING_UP.name in pauses.queue_paused(QUEUE)
+    pause_clock[0] = OUTAGE[1] + timedelta(minutes=30)
+    pauses.queue_resumed(QUEUE)  # paused through the first two occurrences of the outage
+
+    run_occurrence(queue, CATCHING_UP, AFTER)
+
+    paused = (RunStatus.MISSED, MissedReason.PAUSED)
+    assert rows(audit, CATCHING_UP) == {
+        BEFORE: (RunStatus.SUCCEEDED, None),
+        OUTAGE[0]: paused,
+        OUTAGE[1]: paused,
+        OUTAGE[2]: (RunStatus.PENDING, CAUGHT_UP),  # catch_up(2) takes the two the pause did not cover
+        OUTAGE[3]: (RunStatus.PENDING, CAUGHT_UP),
+        AFTER: (RunStatus.SUCCEEDED, None),
+    }
+    assert sorted(run_queued(queue)) == [job_id(CATCHING_UP, moment) for moment in OUTAGE[2:]]
+
+
+def test_a_scheduled_job_that_waited_out_a_queue_pause_past_its_wall_time_is_let_go_as_paused(
+    queue: QueueDriver, audit: ScheduleRuns, aws: Aws, runs: list[str]
+) -> None:
+    run_occurrence(queue, SKIPPING, BEFORE)
+    timed = SchedulePauses(TOPOLOGY, aws.dynamodb, aws.provisioned.schedule_runs_table, clock=lambda: BEFORE + HOUR / 2)
+    timed.queue_paused(QUEUE, until=AFTER + timedelta(days=2))  # a timed pause: it ends by itself
+    queue.now = OUTAGE[0] + tick.retry.max_wall_time + HOUR  # delivered when the queue resumes, too late
+
+    assert queue.run(queue.send_and_receive(delivered(SKIPPING, OUTAGE[0]))) == []
+
+    assert queue.dead_letters() == [], "a pause is an operator's decision, not a failure"
+    assert rows(audit, SKIPPING)[OUTAGE[0]] == (RunStatus.MISSED, MissedReason.PAUSED)
+    assert [(o.kind, o.reason) for o in queue.outcomes] == [(Kind.SUCCEEDED, None), (Kind.DISCARDED, "paused")]
+    assert runs == [job_id(SKIPPING, BEFORE)]
+
+
+def test_a_pause_over_a_pause_keeps_its_start_and_a_resume_closes_it_at_the_planned_end(aws: Aws) -> None:
+    runs = ScheduleRuns(aws.dynamodb, aws.provisioned.schedule_runs_table, clock=lambda: AFTER)
+    runs.pause(SKIPPING.name, BEFORE, until=OUTAGE[0])
+    runs.pause(SKIPPING.name, OUTAGE[1], until=OUTAGE[2])  # extended before it ended
+    runs.resume(SKIPPING.name, AFTER)  # after the planned end: the pause ended then
+
+    state = runs.state(SKIPPING.name)
+    assert state is not None
+    assert state.pauses == (PauseWindow(BEFORE, OUTAGE[2]),)
+    assert [state.paused_at(t) for t in (BEFORE, OUTAGE[2], AFTER)] == [True, False, False]
+    runs.resume(SKIPPING.name, AFTER)  # nothing open: nothing changes
+    assert runs.state(SKIPPING.name) == state
 
 
 def test_a_stale_copy_dead_lettered_for_its_age_leaves_a_queued_catch_up_alone(
