@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from aws_cdk import Acknowledgment, ArnFormat, Aws, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
@@ -12,6 +13,8 @@ from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
 from conveyor.ops.event_sources import ResumeSchedules
 from conveyor.worker import effects
 from infra.job_queue import JobQueue
+from infra.timed_resume import TimedResumeFunction
+from infra.worker_package import WorkerPackage
 
 SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
 # Pausing and resuming a queue is switching its event source mapping off and on.
@@ -48,8 +51,9 @@ METRIC_ACTIONS = ("cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics")
 class Operations(Construct):
     """Least privilege for operators: one managed policy, scoped to this stack's queues and mappings.
 
-    A timed pause leaves a one-time EventBridge Scheduler schedule that re-enables the mapping
-    by itself, so the resume happens even if the operator's laptop is closed by then.
+    A timed pause leaves a one-time EventBridge Scheduler schedule that invokes the timed-resume
+    function, which re-enables the mapping and audits it, so the resume happens (and is recorded)
+    even if the operator's laptop is closed by then.
     """
 
     def __init__(
@@ -62,6 +66,8 @@ class Operations(Construct):
         idempotency_table: dynamodb.ITable,
         limits_table: dynamodb.ITable,
         ledger_table: dynamodb.ITable,
+        package: WorkerPackage,
+        log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, construct_id)
         # Who paused, redrove or discarded what must outlive the stack: retained, and
@@ -100,11 +106,23 @@ class Operations(Construct):
                 },
             ),
         )
+        self.resume_function = TimedResumeFunction(
+            self,
+            "TimedResume",
+            package=package,
+            audit_table=self.audit_table,
+            mapping_arns=mapping_arns,
+            log_retention=log_retention,
+        ).function
+        # The unqualified function only (grant_invoke would add its versions, a wildcard): Scheduler invokes that.
         self.resume_role.add_to_policy(
-            iam.PolicyStatement(actions=["lambda:UpdateEventSourceMapping"], resources=mapping_arns)
+            iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[self.resume_function.function_arn])
         )
         schedules = ResumeSchedules(
-            group=self.schedule_group.schedule_group_name, role_arn=self.resume_role.role_arn, prefix=prefix
+            group=self.schedule_group.schedule_group_name,
+            role_arn=self.resume_role.role_arn,
+            prefix=prefix,
+            function_arn=self.resume_function.function_arn,
         )
         self.operator_policy = self._operator_policy(
             prefix=prefix,

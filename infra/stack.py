@@ -144,6 +144,8 @@ class ConveyorStack(Stack):
             idempotency_table=idempotency.table,
             limits_table=worker_tables.limits,
             ledger_table=worker_tables.ledger,
+            package=package,
+            log_retention=log_retention,
         )
         CfnOutput(self, outputs.ALARM_TOPIC, value=alarms.topic.topic_arn)
         CfnOutput(self, outputs.IDEMPOTENCY_TABLE, value=idempotency.table.table_name)
@@ -153,6 +155,7 @@ class ConveyorStack(Stack):
         CfnOutput(self, outputs.OPS_AUDIT_TABLE, value=operations.audit_table.table_name)
         CfnOutput(self, outputs.RESUME_SCHEDULE_GROUP, value=operations.schedule_group.schedule_group_name)
         CfnOutput(self, outputs.RESUME_SCHEDULE_ROLE, value=operations.resume_role.role_arn)
+        CfnOutput(self, outputs.RESUME_FUNCTION, value=operations.resume_function.function_arn)
         CfnOutput(self, outputs.OPERATOR_POLICY, value=operations.operator_policy.managed_policy_arn)
         CfnOutput(self, outputs.SCHEDULE_RUNS_TABLE, value=worker_tables.schedule_runs.table_name)
         CfnOutput(self, outputs.LEASES_TABLE, value=worker_tables.leases.table_name)

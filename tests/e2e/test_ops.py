@@ -311,7 +311,16 @@ def test_timed_pause_resumes_by_itself(aws: LocalAws, runtime: InProcess, tmp_pa
     wait_until(lambda: applied(aws, names) == dict.fromkeys(names, 1), "the jobs ran after the timed pause")
     [status] = cli_json(tmp_path, "status", QUEUE)
     assert (status["paused"], status["resume_at"]) == (False, None)
-    assert [row["action"] for row in cli_json(tmp_path, "audit")] == ["pause"]
+    # The resume wrote its own row, once, naming the pause it ended.
+    resumed, pause = cli_json(tmp_path, "audit")
+    assert (resumed["action"], resumed["actor"], pause["action"]) == ("resume", "conveyor:timed-resume", "pause")
+    assert resumed["details"] == {
+        "ends_pause": {
+            "resume_at": paused["resume_at"],
+            "reason": "short",
+            "paused_at": resumed["details"]["ends_pause"]["paused_at"],
+        }
+    }
 
 
 def test_concurrency_is_set_bounded_and_audited(aws: LocalAws, runtime: InProcess, tmp_path: Path) -> None:
@@ -321,6 +330,25 @@ def test_concurrency_is_set_bounded_and_audited(aws: LocalAws, runtime: InProces
         assert "between 2 and 1000" in one_line_error(cli(tmp_path, "concurrency", QUEUE, wrong), EXIT_USAGE)
     [row] = cli_json(tmp_path, "audit")
     assert (row["action"], row["details"]) == ("concurrency", {"from": 2, "to": 4})
+
+
+def test_concurrency_set_by_hand_says_a_deploy_may_restore_the_declared_value(
+    aws: LocalAws, runtime: InProcess, tmp_path: Path
+) -> None:
+    declared = TOPOLOGY.queue(QUEUE).max_concurrency
+    done = cli(tmp_path, "concurrency", QUEUE, "4")
+    assert done.exit_code == 0, done.stderr
+    assert f"declares max_concurrency={declared}: a deploy that updates its event source mapping sets it back" in (
+        done.stderr
+    )
+    [status] = cli_json(tmp_path, "status", QUEUE)
+    assert (status["max_concurrency"], status["declared_max_concurrency"]) == (4, declared)
+    assert f"4 (declared {declared})" in cli(tmp_path, "status", QUEUE).stdout
+    # Back at the declared value: nothing to warn about, nothing beside it in the table.
+    back = cli(tmp_path, "concurrency", QUEUE, str(declared))
+    assert back.exit_code == 0
+    assert "declares" not in back.stderr
+    assert "declared" not in cli(tmp_path, "status", QUEUE).stdout
 
 
 def test_drain_pauses_and_reports_nothing_in_flight(aws: LocalAws, runtime: InProcess, tmp_path: Path) -> None:

@@ -3,9 +3,12 @@
 import json
 from typing import Any
 
+from aws_cdk.assertions import Capture, Match
+
 from conveyor.contract import outputs
 from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
 from conveyor.ops.event_sources import ResumeSchedules
+from conveyor.worker.timed_resume import AUDIT_TABLE_ENV
 from functions.topology import TOPOLOGY
 from infra.app import PREFIX_CONTEXT, project_context
 from tests.infra.conftest import Synthesized, as_list, render
@@ -103,19 +106,54 @@ def test_resume_role_trusts_only_scheduler_for_this_accounts_ops_group(synthesiz
     ]
 
 
-def test_resume_role_can_only_update_the_stacks_event_source_mappings(synthesized: Synthesized) -> None:
-    role_id = _resume_role(synthesized)
-    role = synthesized.properties(role_id)
-    assert "ManagedPolicyArns" not in role
-    assert "Policies" not in role
-    statements = [
+def _statements_of(synthesized: Synthesized, role_id: str) -> list[dict[str, Any]]:
+    return [
         statement
         for policy in synthesized.template.find_resources("AWS::IAM::Policy").values()
         if {"Ref": role_id} in policy["Properties"]["Roles"]
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]
     ]
+
+
+def _resume_function(synthesized: Synthesized) -> str:
+    function_id: str = synthesized.template.to_json()["Outputs"][outputs.RESUME_FUNCTION]["Value"]["Fn::GetAtt"][0]
+    return function_id
+
+
+def test_resume_role_can_only_invoke_the_timed_resume_function(synthesized: Synthesized) -> None:
+    role_id = _resume_role(synthesized)
+    role = synthesized.properties(role_id)
+    assert "ManagedPolicyArns" not in role
+    assert "Policies" not in role
+    statements = _statements_of(synthesized, role_id)
     assert not [statement for statement in statements if "Condition" in statement]
-    assert _granted(statements) == {arn: {"lambda:UpdateEventSourceMapping"} for arn in _mapping_arns(synthesized)}
+    function_arn = f"${{{_resume_function(synthesized)}.Arn}}"
+    assert _granted(statements) == {function_arn: {"lambda:InvokeFunction"}}
+
+
+def test_timed_resume_function_enables_the_mappings_and_writes_audit_rows_only(synthesized: Synthesized) -> None:
+    function_id = _resume_function(synthesized)
+    function = synthesized.properties(function_id)
+    assert function["Handler"] == "functions.timed_resume.handler"
+    audit = Capture()
+    synthesized.template.has_resource_properties(
+        "AWS::Lambda::Function",
+        Match.object_like(
+            {
+                "Handler": "functions.timed_resume.handler",
+                "Environment": {"Variables": Match.object_like({AUDIT_TABLE_ENV: {"Ref": audit}})},
+            }
+        ),
+    )
+    assert audit.as_string() == synthesized.output_ref(outputs.OPS_AUDIT_TABLE)
+    role_id = function["Role"]["Fn::GetAtt"][0]
+    granted = _granted(_statements_of(synthesized, role_id))
+    assert {arn: granted.pop(arn) for arn in _mapping_arns(synthesized)} == {
+        arn: {"lambda:UpdateEventSourceMapping"} for arn in _mapping_arns(synthesized)
+    }
+    assert granted.pop(f"${{{audit.as_string()}.Arn}}") == {"dynamodb:PutItem"}
+    # What is left: writing its own logs.
+    assert all(action.startswith("logs:") for actions in granted.values() for action in actions)
 
 
 def test_operator_policy_grants_exactly_what_jobs_needs(synthesized: Synthesized) -> None:
@@ -131,7 +169,7 @@ def test_operator_policy_grants_exactly_what_jobs_needs(synthesized: Synthesized
         "sqs:SendMessage",
     }
     # The exact names a timed pause gives its schedule, so no other schedule can be touched.
-    schedules = ResumeSchedules(group=SCHEDULE_GROUP, role_arn="unused", prefix=PREFIX)
+    schedules = ResumeSchedules(group=SCHEDULE_GROUP, role_arn="unused", prefix=PREFIX, function_arn="unused")
     expected: dict[str, set[str]] = {
         "${AWS::StackId}": {"cloudformation:DescribeStacks"},
         f"${{{_resume_role(synthesized)}.Arn}}": {"iam:PassRole"},

@@ -91,6 +91,13 @@ def filter_options(command: Callable[..., None]) -> Callable[..., None]:
     return with_filters
 
 
+def _concurrency(live: int | None, declared: int | None) -> str:
+    """The live MaximumConcurrency, and the declared one beside it when they differ (a deploy may restore it)."""
+    if live is None:
+        return DASH
+    return str(live) if declared in (None, live) else f"{live} (declared {declared})"
+
+
 def _time(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else DASH
 
@@ -118,7 +125,7 @@ def status(project: Project, queue: str | None, as_json: bool) -> None:
                 DASH if entry.oldest_age_s is None else format_duration(timedelta(seconds=int(entry.oldest_age_s))),
                 str(entry.dlq_visible) + (f" (+{entry.dlq_in_flight} held)" if entry.dlq_in_flight else ""),
                 ("paused" + (f" until {entry.resume_at}" if entry.resume_at else "")) if entry.paused else "running",
-                str(entry.max_concurrency or DASH),
+                _concurrency(entry.max_concurrency, entry.declared_max_concurrency),
                 ",".join(entry.job_types) or DASH,
             )
             for entry in found
@@ -413,7 +420,7 @@ def pause(project: Project, queue: str, reason: str, for_text: str | None, as_js
         project,
         queue,
         "pause",
-        lambda: project.target.event_sources.pause(queue, resume_at=resume_at),
+        lambda: project.target.event_sources.pause(queue, resume_at=resume_at, reason=reason),
         details,
         as_json,
     )
@@ -435,7 +442,11 @@ def resume(project: Project, queue: str, as_json: bool) -> None:
 @json_option
 @click.pass_obj
 def concurrency(project: Project, queue: str, value: int, as_json: bool) -> None:
-    """Set how many batches of the queue run at once (Lambda's MaximumConcurrency, 2-1000)."""
+    """Set how many batches of the queue run at once (Lambda's MaximumConcurrency, 2-1000).
+
+    It lasts until a deploy updates the queue's event source mapping, which sets the declared value again
+    (CloudFormation updates a mapping only when its template changes); to keep it, declare it.
+    """
     reserved = project.topology.queue(project.queue_name(queue)).reserved_concurrency
     user_input(lambda: check_max_concurrency(value))
     if reserved is not None and value > reserved:
@@ -453,6 +464,13 @@ def concurrency(project: Project, queue: str, value: int, as_json: bool) -> None
         {"from": before, "to": value},
         as_json,
     )
+    declared = project.topology.queue(queue).max_concurrency
+    if value != declared:
+        click.echo(
+            f"conveyor: {queue!r} declares max_concurrency={declared}: a deploy that updates its event source mapping "
+            f"sets it back; to keep {value}, declare it in the topology and deploy",
+            err=True,
+        )
 
 
 @click.command()

@@ -34,6 +34,8 @@ SCHEDULE_RUNS_TABLE = "ScheduleRunsTable"
 LEASES_TABLE = "LeasesTable"
 # The destinations' shared limits (conveyor.worker.destinations.state), read and overridden by `conveyor limits`.
 LIMITS_TABLE = "LimitsTable"
+# The function a timed pause's schedule invokes to end it: enables the mapping and audits the resume.
+RESUME_FUNCTION = "ResumeFunction"
 # The effect ledger (conveyor.worker.effects), read and settled by `conveyor reconcile`.
 LEDGER_TABLE = "LedgerTable"
 

@@ -169,7 +169,9 @@ class LocalRuntime:
         # The stack gives every worker these variables; here all workers share one process.
         os.environ.update(provisioned.table_environment())
         # What `conveyor pause/resume/concurrency` change locally, read for every queue at once.
-        event_sources = LocalEventSources(self.dynamodb, provisioned.event_sources_table)
+        event_sources = LocalEventSources(
+            self.dynamodb, provisioned.event_sources_table, audit_table=provisioned.audit_table
+        )
         for queue in self.topology.queues:
             metrics = JobMetrics()
             harness = Harness(

@@ -4,10 +4,10 @@ In AWS that state is the Lambda event source mapping itself, and a timed pause l
 EventBridge Scheduler one-time schedule that re-enables it. The local runtime has no
 Lambda mappings (one created in moto consumes the messages itself), so its pollers read
 the same state from an item per queue in the embedded DynamoDB (all queues' in one request,
-every few seconds), and a due resume is applied by whoever reads the state next.
+every few seconds), and a due resume is applied by whoever reads the state next. Either way the
+resume writes an audit row as ``conveyor:timed-resume`` (conveyor.worker.timed_resume), once.
 """
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,14 +17,15 @@ from typing import Any, Protocol
 from conveyor.contract import limits
 from conveyor.contract.errors import ConveyorError
 from conveyor.contract.topology import Topology
+from conveyor.worker.audit import AuditWriter
+from conveyor.worker.scale_on_age import PAUSED_STATES
+from conveyor.worker.timed_resume import ACTION as RESUME_ACTION
+from conveyor.worker.timed_resume import ACTOR as RESUME_ACTOR
+from conveyor.worker.timed_resume import TimedResume, ended_pause
 
 LOCAL_EVENT_SOURCES_KEY = "queue"
-# The universal target through which a one-time schedule calls UpdateEventSourceMapping.
-RESUME_TARGET_ARN = "arn:aws:scheduler:::aws-sdk:lambda:updateEventSourceMapping"
 RESUME_RETRY_ATTEMPTS = 10
 RESUME_RETRY_WINDOW = timedelta(hours=1)
-# Lambda states in which the mapping is not polling (or is about to stop).
-PAUSED_STATES = frozenset({"Disabled", "Disabling"})
 # BatchGetItem returns keys it could not read (when throttled) as UnprocessedKeys; AWS advises
 # asking for them again with exponential backoff:
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
@@ -53,7 +54,7 @@ class EventSourceState:
 class EventSources(Protocol):
     def state(self, queue: str) -> EventSourceState: ...
 
-    def pause(self, queue: str, *, resume_at: datetime | None) -> None: ...
+    def pause(self, queue: str, *, resume_at: datetime | None, reason: str | None = None) -> None: ...
 
     def resume(self, queue: str) -> None: ...
 
@@ -77,13 +78,30 @@ def _parse_timestamp(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
 
 
-class LocalEventSources:
-    """The local runtime's mappings: one item per queue in ``table_name``."""
+def _audit_time(value: datetime) -> str:
+    """As `conveyor pause` writes ``resume_at`` in its row, so the resume's row names the same pause."""
+    return value.astimezone(UTC).isoformat(timespec="seconds")
 
-    def __init__(self, dynamodb: Any, table_name: str, *, clock: Callable[[], datetime] | None = None) -> None:
+
+class LocalEventSources:
+    """The local runtime's mappings: one item per queue in ``table_name``.
+
+    With ``audit_table``, a due timed resume is recorded there by the reader whose conditional update applied
+    it: readers racing on one due resume all try the update, one wins, only the winner writes the row.
+    """
+
+    def __init__(
+        self,
+        dynamodb: Any,
+        table_name: str,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        audit_table: str | None = None,
+    ) -> None:
         self._dynamodb = dynamodb
         self._table = table_name
         self._clock = clock or (lambda: datetime.now(UTC))
+        self._audit = AuditWriter(dynamodb, audit_table, actor=RESUME_ACTOR, clock=self._clock) if audit_table else None
 
     def seed(self, topology: Topology) -> None:
         """Give each declared queue an enabled mapping with its declared concurrency, unless it has one."""
@@ -151,16 +169,33 @@ class LocalEventSources:
                 )
             except self._dynamodb.exceptions.ConditionalCheckFailedException:
                 return self.state(queue)
+            if self._audit is not None:
+                self._audit.record(
+                    RESUME_ACTION,
+                    queue=queue,
+                    details=ended_pause(
+                        resume_at=_audit_time(resume_at),
+                        reason=item.get("pause_reason", {}).get("S"),
+                        paused_at=item.get("paused_at", {}).get("S"),
+                    ),
+                )
             enabled, resume_at = True, None
         return EventSourceState(enabled=enabled, max_concurrency=int(item["max_concurrency"]["N"]), resume_at=resume_at)
 
-    def pause(self, queue: str, *, resume_at: datetime | None) -> None:
+    def pause(self, queue: str, *, resume_at: datetime | None, reason: str | None = None) -> None:
+        """A timed pause keeps its reason and time for the audit row of the resume that ends it."""
         values: dict[str, Any] = {":off": {"BOOL": False}}
         if resume_at is None:
-            expression = "SET enabled = :off REMOVE resume_at"
+            expression = "SET enabled = :off REMOVE resume_at, pause_reason, paused_at"
         else:
-            expression = "SET enabled = :off, resume_at = :at"
+            expression = "SET enabled = :off, resume_at = :at, paused_at = :now"
             values[":at"] = {"S": _timestamp(resume_at)}
+            values[":now"] = {"S": _audit_time(self._clock())}
+            if reason is None:
+                expression += " REMOVE pause_reason"
+            else:
+                expression += ", pause_reason = :why"
+                values[":why"] = {"S": reason}
         self._update(queue, expression, values)
 
     def resume(self, queue: str) -> None:
@@ -199,11 +234,13 @@ class LocalEventSources:
 
 @dataclass(frozen=True)
 class ResumeSchedules:
-    """Where a timed pause leaves its one-time schedule, and the role that schedule assumes."""
+    """Where a timed pause leaves its one-time schedule, the role it assumes, and the function it invokes
+    (conveyor.worker.timed_resume: enables the mapping and audits the resume)."""
 
     group: str
     role_arn: str
     prefix: str
+    function_arn: str
 
     def name(self, queue: str) -> str:
         return f"{self.prefix}-resume-{queue}"
@@ -227,7 +264,7 @@ class LambdaEventSources:
             resume_at=self._resume_at(queue),
         )
 
-    def pause(self, queue: str, *, resume_at: datetime | None) -> None:
+    def pause(self, queue: str, *, resume_at: datetime | None, reason: str | None = None) -> None:
         """The resume schedule is in place before the mapping stops: a failure cannot leave a timed pause endless."""
         self._delete_schedule(queue)
         if resume_at is not None:
@@ -240,9 +277,15 @@ class LambdaEventSources:
                 ActionAfterCompletion="DELETE",
                 Description=f"conveyor: resume queue {queue} after a timed pause",
                 Target={
-                    "Arn": RESUME_TARGET_ARN,
+                    "Arn": self._schedules.function_arn,
                     "RoleArn": self._schedules.role_arn,
-                    "Input": json.dumps({"UUID": self._uuid(queue), "Enabled": True}),
+                    "Input": TimedResume(
+                        queue=queue,
+                        uuid=self._uuid(queue),
+                        resume_at=_audit_time(resume_at),
+                        reason=reason,
+                        paused_at=_audit_time(datetime.now(UTC)),
+                    ).to_input(),
                     # Bounded: Scheduler retries for 24 h by default; `conveyor status` shows a resume that never came.
                     "RetryPolicy": {
                         "MaximumRetryAttempts": RESUME_RETRY_ATTEMPTS,

@@ -28,6 +28,8 @@ class QueueStatus:
     max_concurrency: int | None
     resume_at: str | None
     job_types: list[str]
+    # What the declarations (and so the next deploy that updates the mapping) set; differs after `conveyor concurrency`.
+    declared_max_concurrency: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,5 +84,6 @@ def queue_status(target: Target, topology: Topology, queue: QueueTarget) -> Queu
         max_concurrency=state.max_concurrency,
         resume_at=state.resume_at.isoformat() if state.resume_at else None,
         job_types=[job.name for job in topology.job_types_on(queue.name)],
+        declared_max_concurrency=topology.queue(queue.name).max_concurrency,
         **counts,
     )

@@ -120,7 +120,11 @@ def local_target(topology: Topology, clients: Clients) -> Target:
         idempotency_table=naming.table_name(naming.IDEMPOTENCY_TABLE),
         limits_table=naming.table_name(naming.LIMITS_TABLE),
         ledger_table=naming.table_name(naming.EFFECTS_LEDGER_TABLE),
-        event_sources=LocalEventSources(clients("dynamodb"), naming.table_name(naming.LOCAL_EVENT_SOURCES_TABLE)),
+        event_sources=LocalEventSources(
+            clients("dynamodb"),
+            naming.table_name(naming.LOCAL_EVENT_SOURCES_TABLE),
+            audit_table=naming.table_name(naming.AUDIT_TABLE),
+        ),
         clients=clients,
     )
 
@@ -158,6 +162,7 @@ def stack_target(topology: Topology, clients: Clients, stack_name: str) -> Targe
         group=output(outputs.RESUME_SCHEDULE_GROUP),
         role_arn=output(outputs.RESUME_SCHEDULE_ROLE),
         prefix=output(outputs.PREFIX),
+        function_arn=output(outputs.RESUME_FUNCTION),
     )
     return Target(
         kind="aws",
