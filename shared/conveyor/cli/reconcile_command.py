@@ -69,9 +69,9 @@ def _emit(report: Report, settling: bool, as_json: bool) -> None:
         return
     summary = report.as_dict()
     window = f"intended between {summary['intended_after']} and {summary['intended_before']}"
-    click.echo(
-        f"\n{len(report.findings)} unconfirmed, {window} ({format_duration(GRACE)} ago, the longest a run lasts)"
-    )
+    grace = f"a younger intent may belong to a run still going: a run lasts at most {format_duration(GRACE)}"
+    settled = "".join(f", {count} {verdict}" for verdict, count in report.counts.items())
+    click.echo(f"\n{len(report.findings)} unconfirmed{settled}, {window} ({grace})")
     for finding in report.findings:
         if not finding.settled:
             click.echo(f"- {finding.record.name} {finding.record.key}: {what_to_check(finding.record)}")

@@ -309,7 +309,8 @@ class Harness:
                 job_type,
                 job_id=envelope.id,
                 attempt=delivery.attempt,
-                sensitive=sensitive_values(job_type.model, envelope.data),
+                # The loaded payload, defaults included: a sensitive default is as sensitive as a value sent.
+                sensitive=sensitive_values(job_type.model, payload.model_dump(mode="json")),
                 now=now,
             ),
                 try:
