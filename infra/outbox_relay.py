@@ -22,7 +22,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from conveyor.contract import naming, relay_mapping
-from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
+from conveyor.contract.relay_settings import DEDUPE_TABLE_ENV, OUTBOX_SOURCE, RelaySettings
 from conveyor.contract.settings import METRICS_NAMESPACE, SERVICE_NAME
 from conveyor.sdk import outbox
 from conveyor.worker import relay as relay_metrics
@@ -43,6 +43,11 @@ ITERATOR_AGE_DATAPOINTS_TO_ALARM = 3
 MILLISECONDS = 1000
 # What the producers' PutItem (alone or inside TransactWriteItems) needs on the outbox.
 ENQUEUE_ACTIONS = ("dynamodb:PutItem",)
+# Dedupe at enqueue (conveyor.sdk.dedupe): a producer claims a key (PutItem), takes over a stale
+# claim or marks it sent (UpdateItem, also inside TransactWriteItems) and frees it (DeleteItem);
+# the relay only claims.
+DEDUPE_ENQUEUE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+DEDUPE_RELAY_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem")
 
 
 class RelayDeadLetterQueue(Construct):
@@ -100,6 +105,7 @@ class OutboxRelay(Construct):
         table: dynamodb.ITable | None = None,
         queues: Mapping[str, sqs.IQueue],
         dlq: sqs.IQueue,
+        dedupe_table: dynamodb.ITable,
         package: WorkerPackage,
         alarm_topic: sns.ITopic,
         log_retention: logs.RetentionDays,
@@ -109,6 +115,7 @@ class OutboxRelay(Construct):
             raise ValueError(f"relay {source!r}: the outbox relay creates its table, any other relay is given one")
         self.source = source
         self.table = table if table is not None else self._outbox_table()
+        self.dedupe_table = dedupe_table
         self.function = self._function(queues, dlq, package, log_retention)
         self.event_source = event_sources.DynamoEventSource(
             self.table,
@@ -156,6 +163,7 @@ class OutboxRelay(Construct):
             source=self.source,
             dlq_url=dlq.queue_url,
             queue_urls={name: queue.queue_url for name, queue in queues.items()},
+            dedupe_table=self.dedupe_table.table_name,
         )
         function = lambda_.Function(
             self,
@@ -183,6 +191,8 @@ class OutboxRelay(Construct):
             queue.grant_send_messages(function)
         # Poison records, whole and with a reason (the mapping's on-failure grant is the same).
         dlq.grant_send_messages(function)
+        # A relayed job with a dedupe key claims it, as a producer's send does.
+        self.dedupe_table.grant(function, *DEDUPE_RELAY_ACTIONS)
         Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
             Acknowledgment(
                 id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
@@ -227,8 +237,10 @@ class OutboxRelay(Construct):
         )
 
     def grant_enqueue(self, function: lambda_.Function) -> None:
-        """Let a function enqueue through the outbox: its table name in the environment, and PutItem."""
+        """Let a function enqueue through the outbox, with dedupe keys: both tables' names and their writes."""
         if self.source != OUTBOX_SOURCE:
             raise ValueError(f"relay {self.source!r}: only the outbox relay's table takes jobs")
         function.add_environment(outbox.OUTBOX_TABLE_ENV, self.table.table_name)
         self.table.grant(function, *ENQUEUE_ACTIONS)
+        function.add_environment(DEDUPE_TABLE_ENV, self.dedupe_table.table_name)
+        self.dedupe_table.grant(function, *DEDUPE_ENQUEUE_ACTIONS)

@@ -8,6 +8,7 @@ from constructs import Construct
 from conveyor.contract import outputs
 from conveyor.contract.relay_settings import OUTBOX_SOURCE
 from conveyor.contract.topology import Topology
+from conveyor.sdk import dedupe as dedupe_records
 from conveyor.worker import checkpoints, lease, schedule_runs
 from conveyor.worker.destinations import state as limits_state
 from infra.alarm_topic import AlarmTopic
@@ -97,6 +98,8 @@ class ConveyorStack(Stack):
             tables[declaration.name] = table
         relay_dlq = RelayDeadLetterQueue(self, "RelayDlq", prefix=prefix, alarm_topic=alarms.topic)
         queues = {name: job_queue.queue for name, job_queue in self.job_queues.items()}
+        # Which job each dedupe key given at enqueue made: an item per key, gone by TTL after its window.
+        dedupe = WorkerStateTable(self, "Dedupe", key=dedupe_records.KEY, ttl_attribute=dedupe_records.EXPIRES_AT)
 
         def relay(construct_id: str, source: str, table: dynamodb.ITable | None = None) -> OutboxRelay:
             return OutboxRelay(
@@ -107,6 +110,7 @@ class ConveyorStack(Stack):
                 queues=queues,
                 dlq=relay_dlq.queue,
                 package=package,
+                dedupe_table=dedupe.table,
                 alarm_topic=alarms.topic,
                 log_retention=log_retention,
             )
@@ -167,6 +171,7 @@ class ConveyorStack(Stack):
         for name, job_queue in self.job_queues.items():
             for resource, value in (
                 (outputs.QUEUE_URL, job_queue.queue.queue_url),
+        CfnOutput(self, outputs.DEDUPE_TABLE, value=dedupe.table.table_name)
                 (outputs.DLQ_URL, job_queue.dlq.queue_url),
                 (outputs.WORKER_FUNCTION, job_queue.function.function_name),
                 (outputs.WORKER_LOG_GROUP, job_queue.log_group.log_group_name),

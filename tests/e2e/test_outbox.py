@@ -128,7 +128,9 @@ def start_relay(runtime: InProcess) -> StartRelay:
 
 
 def _relay(aws: LocalAws, sqs_client: Any) -> Relay:
-    return Relay(TOPOLOGY, aws.provisioned.relay_settings(OUTBOX_SOURCE), sqs_client=sqs_client)
+    return Relay(
+        TOPOLOGY, aws.provisioned.relay_settings(OUTBOX_SOURCE), sqs_client=sqs_client, dynamodb_client=aws.dynamodb
+    )
 
 
 def _client(aws: LocalAws) -> JobClient:

@@ -146,7 +146,7 @@ WORKER_ENVIRONMENT = WorkerSettings(
     ledger_table="conveyor-ledger",
 ).to_environment()
 RELAY_ENVIRONMENT = RelaySettings(
-    source=OUTBOX_SOURCE, dlq_url=DLQ_URL, queue_urls={"default": QUEUE_URL}
+    source=OUTBOX_SOURCE, dlq_url=DLQ_URL, queue_urls={"default": QUEUE_URL}, dedupe_table="conveyor-dedupe"
 ).to_environment()
 
 

@@ -40,6 +40,12 @@ MAX_ATTEMPTS_LIMIT = 25
 _MAX_EXPONENT = 62
 # Default payload budget: large data goes by reference (an S3 key), not in the message.
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+# How long a dedupe_key given at enqueue keeps a second enqueue from making a second job
+# (conveyor.sdk.dedupe). A day covers a producer's retries and a replayed request; SQS FIFO's
+# own deduplication lasts five minutes. At most SQS's longest retention: no job lives longer.
+DEFAULT_DEDUPE_WINDOW = timedelta(hours=24)
+MIN_DEDUPE_WINDOW = timedelta(seconds=1)
+MAX_DEDUPE_WINDOW = limits.SQS_MAX_RETENTION
 
 
 def full_jitter(attempt: int, base: timedelta, cap: timedelta, rng: random.Random) -> timedelta:
@@ -320,11 +326,15 @@ class StreamRule:
     job: str
     when: Callable[[StreamImage], bool]
     payload: Callable[[StreamImage], Mapping[str, Any]]
+    # The job's dedupe key from the new item (``lambda item: f"signup-{item['user_id']}"``): a second
+    # item with the same key within the job type's dedupe_window makes no second job.
+    dedupe_key: Callable[[StreamImage], str] | None = None
 
     def __post_init__(self) -> None:
         where = f"stream rule {self.name!r}"
         require(bool(QUEUE_NAME_PATTERN.match(self.name)), where, f"name must match {QUEUE_NAME_PATTERN.pattern}")
         require(callable(self.when) and callable(self.payload), where, "when and payload must be callables")
+        require(self.dedupe_key is None or callable(self.dedupe_key), where, "dedupe_key must be a callable or None")
 
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -341,7 +351,9 @@ class JobType(Generic[P]):
     ``upcasters[k]`` turns version-k data into version k+1, so a message written by an older
     producer still runs. ``idempotency_key`` is a template on payload fields such as
     ``"{order_id}#charge_v1"``; without it the envelope's ``dedupe_key``, else its ``id``, is
-    the key. ``retry_on`` and ``permanent_on`` classify the job's own exception types.
+    the key. A ``dedupe_key`` given at enqueue also makes a second enqueue with the same key,
+    within ``dedupe_window``, return the first job's id instead of making a job (docs/contracts.md).
+    ``retry_on`` and ``permanent_on`` classify the job's own exception types.
     ``destinations`` names the declared destinations the handler calls: the harness takes their
     tokens and slots before it runs and snoozes the job when one is not available, so a job
     never half-runs because its second call is limited.
@@ -360,9 +372,16 @@ class JobType(Generic[P]):
     permanent_on: tuple[type[BaseException], ...] = ()
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     destinations: tuple[str, ...] = ()
+    dedupe_window: timedelta = DEFAULT_DEDUPE_WINDOW
 
     def __post_init__(self) -> None:
         where = f"job type {self.name!r}"
+        require(
+            isinstance(self.dedupe_window, timedelta) and MIN_DEDUPE_WINDOW <= self.dedupe_window <= MAX_DEDUPE_WINDOW,
+            where,
+            f"dedupe_window must be between {format_duration(MIN_DEDUPE_WINDOW)} and "
+            f"{format_duration(MAX_DEDUPE_WINDOW)}, got {self.dedupe_window!r}",
+        )
         require(
             isinstance(self.destinations, tuple) and all(isinstance(name, str) for name in self.destinations),
             where,

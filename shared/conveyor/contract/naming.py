@@ -54,6 +54,8 @@ LIMITS_TABLE = "limits"
 # The effect ledger (conveyor.worker.effects): what jobs did at their destinations. Not "effects", which
 # the example app's fake providers declare for their own side of the story.
 EFFECTS_LEDGER_TABLE = "ledger"
+# Which job each dedupe key given at enqueue made (conveyor.sdk.dedupe).
+DEDUPE_TABLE = "dedupe"
 OWN_TABLES = frozenset(
     {
         IDEMPOTENCY_TABLE,
@@ -65,6 +67,7 @@ OWN_TABLES = frozenset(
         SCHEDULE_RUNS_TABLE,
         LIMITS_TABLE,
         EFFECTS_LEDGER_TABLE,
+        DEDUPE_TABLE,
     }
 )
 # The relay's and the schedules' DLQs are "<prefix>-relay-dlq" and "<prefix>-schedules-dlq",

@@ -36,6 +36,8 @@ LEASES_TABLE = "LeasesTable"
 LIMITS_TABLE = "LimitsTable"
 # The function a timed pause's schedule invokes to end it: enables the mapping and audits the resume.
 RESUME_FUNCTION = "ResumeFunction"
+# Dedupe at enqueue: producers outside the stack need its name (and write access) to send a dedupe_key.
+DEDUPE_TABLE = "DedupeTable"
 # The effect ledger (conveyor.worker.effects), read and settled by `conveyor reconcile`.
 LEDGER_TABLE = "LedgerTable"
 

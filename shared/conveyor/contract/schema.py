@@ -54,7 +54,7 @@ def envelope_schema(topology: Topology) -> dict[str, Any]:
 
 
 def routes(topology: Topology) -> dict[str, Any]:
-    """Each queue's kind and each job type's queue, current version and size limit."""
+    """Each queue's kind and each job type's queue, current version, size limit and dedupe window."""
     return {
         "queues": {queue.name: {"fifo": queue.fifo} for queue in topology.queues},
         "job_types": {
@@ -62,6 +62,7 @@ def routes(topology: Topology) -> dict[str, Any]:
                 "queue": job_type.queue,
                 "version": job_type.version,
                 "max_payload_bytes": job_type.max_payload_bytes,
+                "dedupe_window_s": int(job_type.dedupe_window.total_seconds()),
             }
             for job_type in topology.job_types
         },

@@ -10,11 +10,12 @@ from typing import Any
 
 from conveyor.contract import limits, naming
 from conveyor.contract.declarations import Queue
-from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
+from conveyor.contract.relay_settings import DEDUPE_TABLE_ENV, OUTBOX_SOURCE, RelaySettings
 from conveyor.contract.settings import WorkerSettings
 from conveyor.contract.topology import Topology
 from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
 from conveyor.ops.event_sources import LOCAL_EVENT_SOURCES_KEY, LocalEventSources
+from conveyor.sdk import dedupe
 from conveyor.sdk.outbox import EXPIRES_AT as OUTBOX_TTL
 from conveyor.sdk.outbox import KEY as OUTBOX_KEY
 from conveyor.sdk.outbox import OUTBOX_TABLE_ENV
@@ -46,6 +47,7 @@ class Provisioned:
     audit_table: str
     event_sources_table: str
     outbox_table: str
+    dedupe_table: str
     relay_dlq_url: str
     # Relay source (OUTBOX_SOURCE or a streamed table's declared name) -> its stream's ARN.
     streams: dict[str, str]
@@ -70,6 +72,7 @@ class Provisioned:
         """What the stack gives workers and producers: declared tables' names, and the outbox's."""
         environment = {naming.table_env(name): physical for name, physical in self.tables.items()}
         environment[OUTBOX_TABLE_ENV] = self.outbox_table
+        environment[DEDUPE_TABLE_ENV] = self.dedupe_table
         return environment
 
     def relay_settings(self, source: str) -> RelaySettings:
@@ -77,6 +80,7 @@ class Provisioned:
             source=source,
             dlq_url=self.relay_dlq_url,
             queue_urls={name: queue.url for name, queue in self.queues.items()},
+            dedupe_table=self.dedupe_table,
         )
 
 
@@ -170,6 +174,8 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
             streams[table.name] = _stream_arn(dynamodb, tables[table.name])
     outbox = naming.table_name(naming.OUTBOX_TABLE, prefix=prefix)
     _create_table(dynamodb, outbox, key=OUTBOX_KEY, ttl_attribute=OUTBOX_TTL, stream=True)
+    dedupe_table = naming.table_name(naming.DEDUPE_TABLE, prefix=prefix)
+    _create_table(dynamodb, dedupe_table, key=dedupe.KEY, ttl_attribute=dedupe.EXPIRES_AT)
     streams[OUTBOX_SOURCE] = _stream_arn(dynamodb, outbox)
     relay_dlq_url = sqs.create_queue(
         QueueName=naming.queue_name(naming.RELAY_DLQ, prefix=prefix), Attributes=relay_dlq_attributes()
@@ -198,6 +204,7 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
         event_sources_table=event_sources,
         outbox_table=outbox,
         relay_dlq_url=relay_dlq_url,
+        dedupe_table=dedupe_table,
         streams=streams,
         ledger_table=ledger_table,
         schedules_dlq_url=schedules_dlq_url,

@@ -208,7 +208,9 @@ class LocalRuntime:
             self.scale_loop = ScaleLoop(scaler)
             self.scale_loop.start()
         for source, stream_arn in provisioned.streams.items():
-            relay = Relay(self.topology, provisioned.relay_settings(source), sqs_client=self.sqs)
+            relay = Relay(
+                self.topology, provisioned.relay_settings(source), sqs_client=self.sqs, dynamodb_client=self.dynamodb
+            )
             stream_poller = StreamPoller(
                 stream_arn=stream_arn,
                 handler=partial(_invoke_relay, relay),

@@ -7,6 +7,7 @@ Schema (conveyor.sdk.schema_catalog). ``prepare`` builds messages from either, a
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -18,13 +19,14 @@ from conveyor.contract.topology import Topology
 
 @dataclass(frozen=True)
 class Route:
-    """A job type as the producer sends it: its current version, its queue, its size limit."""
+    """A job type as the producer sends it: its current version, its queue, its size limit, its dedupe window."""
 
     job_type: str
     version: int
     queue: str
     fifo: bool
     max_payload_bytes: int
+    dedupe_window: timedelta
 
 
 class Catalog(Protocol):
@@ -55,6 +57,7 @@ class TopologyCatalog:
             queue=job_type.queue,
             fifo=self.fifo(job_type.queue),
             max_payload_bytes=job_type.max_payload_bytes,
+            dedupe_window=job_type.dedupe_window,
         )
 
     def payload(self, route: Route, payload: BaseModel | Mapping[str, Any], where: str) -> dict[str, Any]:

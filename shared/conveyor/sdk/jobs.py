@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from conveyor.contract.declarations import (
+    DEFAULT_DEDUPE_WINDOW,
     DEFAULT_MAX_PAYLOAD_BYTES,
     JOB_NAME_PATTERN,
     Handler,
@@ -100,6 +101,7 @@ def job(
     permanent_on: tuple[type[BaseException], ...] = (),
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     destinations: tuple[str, ...] = (),
+    dedupe_window: timedelta = DEFAULT_DEDUPE_WINDOW,
 ) -> Callable[[Handler[P]], Job[P]]:
     """Declare a job type around its handler: ``@job(queue="critical") def charge_order(payload: ChargeOrder, ctx)``.
 
@@ -127,6 +129,7 @@ def job(
             permanent_on=permanent_on,
             max_payload_bytes=max_payload_bytes,
             destinations=destinations,
+            dedupe_window=dedupe_window,
         )
 
     return declare

@@ -20,6 +20,7 @@ from conveyor.contract.envelope import MAX_ID_LENGTH, Correlation, Envelope, new
 from conveyor.contract.errors import InvalidJobError
 from conveyor.contract.trace_header import SYSTEM_ATTRIBUTE, current_trace_header
 from conveyor.sdk.catalog import Catalog
+from conveyor.sdk.dedupe import DedupeKey
 
 
 @dataclass(frozen=True)
@@ -40,12 +41,16 @@ class JobRequest:
 
 @dataclass(frozen=True)
 class PreparedJob:
-    """A validated job, ready to send: ``entry`` is its SendMessageBatch entry, body included."""
+    """A validated job, ready to send: ``entry`` is its SendMessageBatch entry, body included.
+
+    ``dedupe`` is set when the job was given a dedupe key: it is sent only if it claims that key.
+    """
 
     job_id: str
     queue: str
     entry: dict[str, Any]
     size: int
+    dedupe: DedupeKey | None = None
 
 
 # A job id is also a FIFO queue's MessageDeduplicationId, so it keeps to that field's alphabet,
@@ -97,7 +102,8 @@ def prepare(catalog: Catalog, index: int, request: JobRequest, correlation: Corr
         deduplication_id=request.dedupe_key or job_id,
         delay_seconds=_delay_seconds(request.delay, where) if request.delay else None,
     )
-    return PreparedJob(job_id=job_id, queue=route.queue, entry=entry, size=size)
+    dedupe = None if request.dedupe_key is None else DedupeKey(route.job_type, request.dedupe_key, route.dedupe_window)
+    return PreparedJob(job_id=job_id, queue=route.queue, entry=entry, size=size, dedupe=dedupe)
 
 
 def message_entry(

@@ -12,13 +12,14 @@ pydantic writes). It is imported here only, so the worker's Lambda bundle never 
 import json
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel
 
-from conveyor.contract.declarations import JobType
+from conveyor.contract.declarations import DEFAULT_DEDUPE_WINDOW, JobType
 from conveyor.contract.errors import DeclarationError, InvalidJobError
 from conveyor.contract.schema import ROUTES_KEY
 from conveyor.sdk.catalog import Route
@@ -47,6 +48,8 @@ class SchemaCatalog:
                 queue=entry["queue"],
                 fifo=bool(self._queues[entry["queue"]]["fifo"]),
                 max_payload_bytes=entry["max_payload_bytes"],
+                # A schema written before dedupe windows were declared has the default's.
+                dedupe_window=timedelta(seconds=entry.get("dedupe_window_s", DEFAULT_DEDUPE_WINDOW.total_seconds())),
             )
             for name, entry in routes["job_types"].items()
         }

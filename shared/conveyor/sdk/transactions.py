@@ -61,8 +61,11 @@ class _Action:
         """One cancellation reason, in words; a failed condition's message says nothing more than its code."""
         code = reason["Code"]
         if code == CONDITION_FAILED:
-            exists = self.job_id is not None
-            return f"{self.label}: an outbox item with this id exists" if exists else f"{self.label}: {code}"
+            if self.job_id is None:
+                return f"{self.label}: {code}"
+            if self.operation == "Put":
+                return f"{self.label}: an outbox item with this id exists"
+            return f"{self.label}: its dedupe_key was taken over by another enqueue"
         message = reason.get("Message")
         return f"{self.label}: {code} ({message})" if message else f"{self.label}: {code}"
 
@@ -75,24 +78,37 @@ class OutboxWriter:
         self._table = table
         self._key_names: dict[str, tuple[str, ...]] = {table: (outbox.KEY,)}
 
-    def transact(self, writes: Sequence[Mapping[str, Any]], jobs: Sequence[PreparedJob]) -> list[str]:
-        """Write ``writes`` and one outbox item per job in one transaction; every check runs before it."""
-        if not jobs:
-            raise InvalidJobError("transact: pass at least one job; for writes alone, call transact_write_items")
-        count = len(writes) + len(jobs)
+    def transact(
+        self,
+        writes: Sequence[Mapping[str, Any]],
+        jobs: Sequence[PreparedJob],
+        *,
+        dedupe_marks: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[str]:
+        """Write ``writes`` and one outbox item per job in one transaction; every check runs before it.
+
+        ``jobs`` may be empty when every job of the caller's was a duplicate: the writes still commit.
+
+        ``dedupe_marks`` maps a job id to the Update that marks its dedupe key sent
+        (conveyor.sdk.dedupe), committed with the job so the mark holds if and only if the job does.
+        """
+        marks = dict(dedupe_marks or {})
+        count = len(writes) + len(jobs) + len(marks)
         if count > limits.DYNAMODB_MAX_TRANSACT_ITEMS:
             raise InvalidJobError(
-                f"transact: {count} actions (one per write and one per job), "
+                f"transact: {count} actions (one per write, one per job and one per dedupe key), "
                 f"over DynamoDB's limit of {limits.DYNAMODB_MAX_TRANSACT_ITEMS} per transaction"
             )
         created_at = datetime.now(UTC)
         puts = [self._outbox_put(index, job, created_at) for index, job in enumerate(jobs)]
+        updates = [{"Update": dict(update)} for update in marks.values()]
         job_ids = [job.job_id for job in jobs]
         # No ClientRequestToken of ours: botocore makes one per call, which its own retries reuse.
-        request = {"TransactItems": [*writes, *puts]}
+        request = {"TransactItems": [*writes, *puts, *updates]}
         self._validate(request)
         actions = [self._action(write, write=index) for index, write in enumerate(writes)]
         actions += [self._action(put, job_id=job.job_id) for put, job in zip(puts, jobs, strict=True)]
+        actions += [self._action(update, job_id=job_id) for update, job_id in zip(updates, marks, strict=True)]
         _check_sizes(actions)
         _check_distinct(actions)
         try:

@@ -41,6 +41,7 @@ from conveyor.contract.topology import Topology
 from conveyor.contract.trace_header import trace_id
 from conveyor.sdk import outbox
 from conveyor.sdk.catalog import TopologyCatalog
+from conveyor.sdk.dedupe import ClaimPendingError, DedupeKey, DedupeRecords
 from conveyor.sdk.prepare import JOB_ID_PATTERN, JobRequest, PreparedJob, chunks, message_entry, prepare
 from conveyor.worker.dead_letter import DeadLetterQueue, reason_attributes
 from conveyor.worker.metrics import metric_set
@@ -60,6 +61,7 @@ SOURCE_DIMENSION = "source"
 RELAYED = "Relayed"  # messages SQS accepted
 POISONED = "RelayPoisoned"  # records moved to the relay DLQ
 FAILED = "RelayFailed"  # records reported for Lambda to retry
+DEDUPLICATED = "RelayDeduplicated"  # jobs not sent: an earlier job holds their dedupe key
 
 LambdaHandler = Callable[[dict[str, Any], LambdaContext], PartialItemFailureResponse]
 
@@ -91,11 +93,12 @@ class _Record:
 class Relay:
     """Relays one stream's INSERT records; ``handle`` takes a Lambda event and returns the partial response."""
 
-    def __init__(self, topology: Topology, settings: RelaySettings, *, sqs_client: Any) -> None:
+    def __init__(self, topology: Topology, settings: RelaySettings, *, sqs_client: Any, dynamodb_client: Any) -> None:
         self._topology = topology
         self._catalog = TopologyCatalog(topology)
         self._settings = settings
         self._sqs = sqs_client
+        self._dedupe = DedupeRecords(dynamodb_client, settings.dedupe_table)
         self._dlq = DeadLetterQueue(sqs_client, settings.dlq_url)
         self._queues = {queue.name: queue for queue in topology.queues}
         self._rules = topology.rules_for(settings.source)
@@ -110,7 +113,7 @@ class Relay:
         outgoing: list[PreparedJob] = []
         owners: dict[str, str] = {}  # SendMessageBatch entry Id -> the sequence number of its record
         failed: set[str] = set()
-        poisoned = 0
+        poisoned = deduplicated = 0
         for stream_record in DynamoDBStreamEvent(dict(event)).records:
             # The mapping's filter passes only inserts; an update or a delete never enqueues a job.
             if stream_record.event_name is not DynamoDBRecordEventName.INSERT:
@@ -125,17 +128,47 @@ class Relay:
                 else:
                     failed.add(record.sequence_number)
                 continue
-            owners.update((job.entry["Id"], record.sequence_number) for job in jobs)
-            outgoing.extend(jobs)
+            try:
+                claimed = [job for job in jobs if self._claimed(job)]
+            except (ClaimPendingError, ClientError, BotoCoreError):
+                logger.warning(
+                    "could not claim a dedupe key; the record comes again",
+                    exc_info=True,
+                    extra={"sequence_number": record.sequence_number},
+                )
+                failed.add(record.sequence_number)
+                continue
+            deduplicated += len(jobs) - len(claimed)
+            owners.update((job.entry["Id"], record.sequence_number) for job in claimed)
+            outgoing.extend(claimed)
         failed_entries = self._send(outgoing)
         failed.update(owners[entry_id] for entry_id in failed_entries)
         relayed = len(outgoing) - len(failed_entries)
         logger.info(
             "stream records relayed",
-            extra={"records": len(order), "relayed": relayed, "poisoned": poisoned, "failed": len(failed)},
+            extra={
+                "records": len(order),
+                "relayed": relayed,
+                "deduplicated": deduplicated,
+                "poisoned": poisoned,
+                "failed": len(failed),
+            },
         )
-        self._publish_metrics(relayed=relayed, poisoned=poisoned, failed=len(failed))
+        self._publish_metrics(relayed=relayed, deduplicated=deduplicated, poisoned=poisoned, failed=len(failed))
         return {"batchItemFailures": [{"itemIdentifier": number} for number in order if number in failed]}
+
+    def _claimed(self, job: PreparedJob) -> bool:
+        """Whether the job goes out: it has no dedupe key, or it holds the key (taken as sent: a failed send
+        reports the record, whose retry claims it again under the same job id)."""
+        if job.dedupe is None:
+            return True
+        claim = self._dedupe.claim(job.dedupe, job.job_id, sent=True)
+        if not claim.owned:
+            logger.info(
+                "duplicate enqueue absorbed",
+                extra={"job_id": job.job_id, "job_type": job.dedupe.job_type, "first_job_id": claim.job_id},
+            )
+        return claim.owned
 
     def _jobs_for(self, record: _Record, *, first_index: int) -> list[PreparedJob]:
         """The messages one record becomes; a ContractError makes it a poison record."""
@@ -179,7 +212,12 @@ class Relay:
             deduplication_id=envelope.dedupe_key or envelope.id,
             trace_header=_trace_header(image.get(outbox.TRACE_HEADER)),
         )
-        return PreparedJob(job_id=envelope.id, queue=queue.name, entry=entry, size=len(text.encode()))
+        dedupe = (
+            None
+            if envelope.dedupe_key is None
+            else DedupeKey(job_type.name, envelope.dedupe_key, job_type.dedupe_window)
+        )
+        return PreparedJob(job_id=envelope.id, queue=queue.name, entry=entry, size=len(text.encode()), dedupe=dedupe)
 
     def _rule_jobs(self, record: _Record, first_index: int) -> list[PreparedJob]:
         """A job per rule that accepts the new item: all of them, or (if one rule fails) none."""
@@ -190,7 +228,12 @@ class Relay:
             payload = _rule_payload(rule, record.image)
             if payload is None:
                 continue
-            request = JobRequest(rule.job, payload, job_id=stream_job_id(rule, record.event_id))
+            request = JobRequest(
+                rule.job,
+                payload,
+                job_id=stream_job_id(rule, record.event_id),
+                dedupe_key=_rule_dedupe_key(rule, record.image),
+            )
             try:
                 job = prepare(self._catalog, first_index + len(jobs), request, self._correlation)
             # InvalidJobError, or a TypeError for a value JSON cannot hold (a Decimal left as it came).
@@ -255,9 +298,9 @@ class Relay:
             )
         return {failure["Id"] for failure in failures}
 
-    def _publish_metrics(self, *, relayed: int, poisoned: int, failed: int) -> None:
+    def _publish_metrics(self, *, relayed: int, deduplicated: int, poisoned: int, failed: int) -> None:
         metrics = metric_set(((SOURCE_DIMENSION, self._settings.source),))
-        for name, value in ((RELAYED, relayed), (POISONED, poisoned), (FAILED, failed)):
+        for name, value in ((RELAYED, relayed), (DEDUPLICATED, deduplicated), (POISONED, poisoned), (FAILED, failed)):
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
         metrics.flush_metrics()
 
@@ -266,6 +309,18 @@ def _trace_header(value: object) -> str | None:
     """The producer's trace header from an outbox item; one that names no trace (a foreign producer's mistake) is
     left out rather than making the job poison: the job matters, its trace link does not."""
     return value if isinstance(value, str) and trace_id(value) else None
+
+
+def _rule_dedupe_key(rule: StreamRule, image: StreamImage) -> str | None:
+    """The rule's dedupe key for the new item, if it declares one; a key prepare refuses makes the record poison."""
+    if rule.dedupe_key is None:
+        return None
+    try:
+        return rule.dedupe_key(image)
+    except Exception as error:  # project code, as in _rule_payload
+        raise ContractError(
+            Reason.STREAM_RULE_FAILED, f"rule {rule.name!r}: dedupe_key raised {type(error).__name__}"
+        ) from error
 
 
 def _rule_payload(rule: StreamRule, image: StreamImage) -> Mapping[str, Any] | None:
@@ -293,7 +348,12 @@ def make_relay_handler(topology: Topology | None = None) -> LambdaHandler:
     def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
         nonlocal relay
         if relay is None:
-            relay = Relay(declared, RelaySettings.from_environment(os.environ), sqs_client=boto3.client("sqs"))
+            relay = Relay(
+                declared,
+                RelaySettings.from_environment(os.environ),
+                sqs_client=boto3.client("sqs"),
+                dynamodb_client=boto3.client("dynamodb"),
+            )
         return relay.handle(event)
 
     return traced(handler)

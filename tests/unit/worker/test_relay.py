@@ -1,8 +1,10 @@
 """The stream relay: outbox items and stream-rule jobs reach their queues; nothing is lost, nothing blocks."""
 
+import io
 import itertools
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,6 +12,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from conveyor.contract.declarations import DEFAULT_DEDUPE_WINDOW
 from conveyor.contract.envelope import Correlation, parse_envelope
 from conveyor.contract.errors import DeclarationError
 from conveyor.contract.reasons import Reason
@@ -20,6 +23,7 @@ from conveyor.local.stream_source import drop_moto_duplicates, to_lambda_record
 from conveyor.sdk import outbox
 from conveyor.sdk.catalog import TopologyCatalog
 from conveyor.sdk.client import JobClient
+from conveyor.sdk.dedupe import DedupeKey, DedupeRecords
 from conveyor.sdk.outbox import OutboxEntry
 from conveyor.sdk.prepare import JobRequest, prepare
 from conveyor.worker.relay import RELAY_SOURCE, SEQUENCE_NUMBER, Relay, stream_job_id
@@ -27,10 +31,12 @@ from tests.aws import Aws
 from tests.events import REGION
 from tests.fixtures.relay_topology import (
     CHARGE_NEW_ORDERS,
+    DEDUPE_TOPOLOGY,
     FIFO,
     NEW,
     ORDERS,
     RECEIPT_FOR_NEW_ORDERS,
+    RECEIPT_ONCE_PER_ORDER,
     STANDARD,
     TOPOLOGY,
 )
@@ -123,7 +129,9 @@ def bodies(aws: Aws, queue: str) -> list[str]:
 
 
 def relay(aws: Aws, source: str = OUTBOX_SOURCE, sqs: Any = None) -> Relay:
-    return Relay(TOPOLOGY, aws.provisioned.relay_settings(source), sqs_client=sqs or aws.sqs)
+    return Relay(
+        TOPOLOGY, aws.provisioned.relay_settings(source), sqs_client=sqs or aws.sqs, dynamodb_client=aws.dynamodb
+    )
 
 
 def failures(*records: dict[str, Any]) -> dict[str, Any]:
@@ -438,3 +446,76 @@ def test_a_record_fails_if_any_of_its_jobs_failed_to_send(aws: Aws) -> None:
 def test_a_relay_for_a_source_nothing_streams_is_refused(aws: Aws) -> None:
     with pytest.raises(DeclarationError, match="relay source 'payments' is neither"):
         relay(aws, "payments")
+
+
+# --- dedupe at enqueue ---------------------------------------------------------------------------------------
+
+
+def keyed_envelope(key: str, order_id: str = "o-1") -> str:
+    return envelope(JobRequest("charge", {"order_id": order_id, "amount_cents": 100}, dedupe_key=key))
+
+
+def test_outbox_items_with_one_dedupe_key_make_one_job(aws: Aws, logs: io.StringIO) -> None:
+    first = outbox_record(aws, outbox_item(STANDARD, keyed_envelope("checkout-1"), job_id="job-1"))
+    second = outbox_record(aws, outbox_item(STANDARD, keyed_envelope("checkout-1", "o-2"), job_id="job-2"))
+    assert relay(aws).handle(stream_event(first, second)) == NO_FAILURES
+    (sent,) = bodies(aws, STANDARD)
+    assert parse_envelope(sent).data["order_id"] == "o-1"
+    (absorbed,) = [
+        line
+        for line in map(json.loads, logs.getvalue().splitlines())
+        if line["message"] == "duplicate enqueue absorbed"
+    ]
+    assert absorbed["first_job_id"] == parse_envelope(sent).id != absorbed["job_id"]
+
+
+def test_a_retried_record_claims_its_own_key_again(aws: Aws) -> None:
+    record = outbox_record(aws, outbox_item(STANDARD, keyed_envelope("checkout-1")))
+    sqs = FlakySqs(aws.sqs, fails=lambda body: True)
+    assert relay(aws, sqs=sqs).handle(stream_event(record)) == failures(record)
+    assert relay(aws).handle(stream_event(record)) == NO_FAILURES
+    assert len(bodies(aws, STANDARD)) == 1
+
+
+def test_an_outbox_item_whose_key_a_producer_already_sent_is_absorbed(aws: Aws) -> None:
+    client = JobClient(TOPOLOGY, sqs_client=aws.sqs, dynamodb_client=aws.dynamodb)
+    first = client.enqueue("charge", {"order_id": "o-1", "amount_cents": 100}, dedupe_key="checkout-1")
+    record = outbox_record(aws, outbox_item(STANDARD, keyed_envelope("checkout-1")))
+    assert relay(aws).handle(stream_event(record)) == NO_FAILURES
+    assert [parse_envelope(body).id for body in bodies(aws, STANDARD)] == [first]
+
+
+def test_a_key_another_producer_is_still_sending_makes_the_record_come_again(aws: Aws) -> None:
+    holder = DedupeRecords(aws.dynamodb, aws.provisioned.dedupe_table)
+    holder.claim(DedupeKey("charge", "checkout-1", DEFAULT_DEDUPE_WINDOW), "job-of-a-producer")
+    record = outbox_record(aws, outbox_item(STANDARD, keyed_envelope("checkout-1")))
+    assert relay(aws).handle(stream_event(record)) == failures(record)
+    assert bodies(aws, STANDARD) == []
+
+
+@pytest.mark.parametrize("topology", [DEDUPE_TOPOLOGY])
+def test_a_stream_rules_dedupe_key_makes_one_job_per_key(aws: Aws, topology: Topology) -> None:
+    rules = Relay(topology, aws.provisioned.relay_settings(ORDERS), sqs_client=aws.sqs, dynamodb_client=aws.dynamodb)
+    inserted_twice = stream_event(order_record(aws, "o-1"), order_record(aws, "o-1"), order_record(aws, "o-2"))
+    assert rules.handle(inserted_twice) == NO_FAILURES
+    receipts = [parse_envelope(body) for body in bodies(aws, STANDARD)]
+    assert sorted((e.data["order_id"], e.dedupe_key) for e in receipts) == [
+        ("o-1", "receipt-o-1"),
+        ("o-2", "receipt-o-2"),
+    ]
+
+
+KEY_ON_A_MISSING_FIELD = replace(
+    DEDUPE_TOPOLOGY, stream_rules=(replace(RECEIPT_ONCE_PER_ORDER, dedupe_key=lambda item: item["coupon"]),)
+)
+
+
+@pytest.mark.parametrize("topology", [KEY_ON_A_MISSING_FIELD])
+def test_a_dedupe_key_function_that_raises_makes_the_record_poison(aws: Aws, topology: Topology) -> None:
+    rules = Relay(topology, aws.provisioned.relay_settings(ORDERS), sqs_client=aws.sqs, dynamodb_client=aws.dynamodb)
+    assert rules.handle(stream_event(order_record(aws))) == NO_FAILURES
+    (dead,) = drain(aws, aws.provisioned.relay_dlq_url)
+    assert dead["MessageAttributes"]["conveyor.reason"]["StringValue"] == Reason.STREAM_RULE_FAILED.value
+    error = dead["MessageAttributes"]["conveyor.error"]["StringValue"]
+    assert "rule 'receipt-once-per-order': dedupe_key raised KeyError" in error
+    assert bodies(aws, STANDARD) == []
