@@ -22,6 +22,7 @@ from infra.job_table import JobTable
 from infra.operations import Operations
 from infra.outbox_relay import OutboxRelay, RelayDeadLetterQueue
 from infra.queue_monitoring import QueueMonitoring
+from infra.scale_on_age import ScaleOnAge
 from infra.schedules import Schedules
 from infra.worker_package import WorkerPackage
 
@@ -150,6 +151,21 @@ class ConveyorStack(Stack):
             ledger_table=worker_tables.ledger,
             package=package,
             log_retention=log_retention,
+        )
+        # The age controller exists only when a queue scales on age.
+        scaled = {name: job_queue for name, job_queue in self.job_queues.items() if job_queue.declaration.scale_on_age}
+        self.scale_on_age = (
+            ScaleOnAge(
+                self,
+                "ScaleOnAge",
+                job_queues=scaled,
+                package=package,
+                audit_table=operations.audit_table,
+                alarm_topic=alarms.topic,
+                log_retention=log_retention,
+            )
+            if scaled
+            else None
         )
         CfnOutput(self, outputs.ALARM_TOPIC, value=alarms.topic.topic_arn)
         CfnOutput(self, outputs.IDEMPOTENCY_TABLE, value=idempotency.table.table_name)

@@ -43,6 +43,9 @@ def test_acknowledgments_sit_on_the_named_policies_only_with_a_reason(synthesize
     # So is the schedules DLQ, of the Scheduler targets; it exists only when schedules are declared.
     if synthesized.topology.schedules:
         reasons[f"/{STACK_NAME}/Schedules/Dlq"] = {"AwsSolutions::AwsSolutions-SQS3": "DeadLetterConfig"}
+    # The age controller reads its metric with GetMetricData; it exists only when a queue scales on age.
+    if any(queue.scale_on_age for queue in synthesized.topology.queues):
+        reasons[f"/{STACK_NAME}/ScaleOnAge/Role/DefaultPolicy"] = {wildcard: "GetMetricData"}
     assert set(acknowledged) == set(reasons)
     for path, rules in acknowledged.items():
         assert set(rules) == set(reasons[path])

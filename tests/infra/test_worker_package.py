@@ -471,8 +471,8 @@ def test_the_bundle_imports_conveyor_schedules_with_only_what_lambda_provides(la
 
 @pytest.mark.parametrize(
     ("entry_point", "function_environment"),
-    [("functions.worker", WORKER_ENVIRONMENT), ("functions.relay", RELAY_ENVIRONMENT)],
-    ids=["worker", "relay"],
+    [("functions.worker", WORKER_ENVIRONMENT), ("functions.relay", RELAY_ENVIRONMENT), ("functions.scale_on_age", {})],
+    ids=["worker", "relay", "scale_on_age"],
 )
 def test_the_bundle_imports_the_real_entry_points_with_only_what_lambda_provides(
     lambda_like: LambdaLike, entry_point: str, function_environment: dict[str, str]

@@ -125,7 +125,8 @@ def status(project: Project, queue: str | None, as_json: bool) -> None:
                 DASH if entry.oldest_age_s is None else format_duration(timedelta(seconds=int(entry.oldest_age_s))),
                 str(entry.dlq_visible) + (f" (+{entry.dlq_in_flight} held)" if entry.dlq_in_flight else ""),
                 ("paused" + (f" until {entry.resume_at}" if entry.resume_at else "")) if entry.paused else "running",
-                _concurrency(entry.max_concurrency, entry.declared_max_concurrency),
+                _concurrency(entry.max_concurrency, entry.declared_max_concurrency)
+                + (f" (by age {entry.scale_on_age[0]}-{entry.scale_on_age[1]})" if entry.scale_on_age else ""),
                 ",".join(entry.job_types) or DASH,
             )
             for entry in found

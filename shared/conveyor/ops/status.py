@@ -30,6 +30,8 @@ class QueueStatus:
     job_types: list[str]
     # What the declarations (and so the next deploy that updates the mapping) set; differs after `conveyor concurrency`.
     declared_max_concurrency: int | None = None
+    # [lowest, highest] the age controller keeps max_concurrency within; None for a queue that does not scale on age.
+    scale_on_age: list[int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,5 +87,6 @@ def queue_status(target: Target, topology: Topology, queue: QueueTarget) -> Queu
         resume_at=state.resume_at.isoformat() if state.resume_at else None,
         job_types=[job.name for job in topology.job_types_on(queue.name)],
         declared_max_concurrency=topology.queue(queue.name).max_concurrency,
+        scale_on_age=list(topology.queue(queue.name).scale_bounds) if topology.queue(queue.name).scale_on_age else None,
         **counts,
     )
