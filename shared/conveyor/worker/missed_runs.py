@@ -223,11 +223,13 @@ class ScheduledRuns:
             self.runs.record_outcome(occurrence.schedule, occurrence.scheduled_time, RunStatus.MISSED)
 
     def discarded(self, envelope: Envelope, reason: str, attempt: int) -> None:
-        """After its handler (or the run a duplicate repeats) discarded it: recorded, without the dead man's metric."""
-        occurrence = self.occurrence(envelope)
+        """After its handler (or the run a duplicate repeats) discarded it, in any chunk: recorded, without the
+        dead man's metric."""
+        occurrence = self.carried(envelope)
         if occurrence is None:
             return
-        if self.runs.record_discarded(occurrence, job_id=envelope.id, attempts=attempt, reason=reason):
+        chunk = envelope.id != occurrence_job_id(occurrence)
+        if self.runs.record_discarded(occurrence, job_id=envelope.id, attempts=attempt, reason=reason, chunk=chunk):
             self.runs.record_outcome(occurrence.schedule, occurrence.scheduled_time, RunStatus.DISCARDED)
 
     def failed(self, envelope: Envelope, reason: str, attempt: int) -> None:

@@ -261,17 +261,22 @@ class ScheduleRuns:
             },
         )
 
-    def record_discarded(self, occurrence: Occurrence, *, job_id: str, attempts: int, reason: str) -> bool:
-        """The run's handler discarded it with ``reason``: recorded over a claimed (or waiting) run, by its last
-        chunk if it continued; False if recorded before (a duplicate) or the occurrence ended otherwise."""
+    def record_discarded(
+        self, occurrence: Occurrence, *, job_id: str, attempts: int, reason: str, chunk: bool = False
+    ) -> bool:
+        """The run's handler discarded it with ``reason``: recorded over a claimed (or waiting) run, by its
+        last chunk if it continued (as ``record_succeeded``); False if recorded before (a duplicate) or it
+        ended otherwise."""
+        carried = f"#{CONTINUED_IN} = :{JOB_ID}"
+        if not chunk:
+            carried = f"(attribute_not_exists(#{CONTINUED_IN}) OR {carried})"
         return self._finish(
             occurrence,
             RunStatus.DISCARDED,
             job_id=job_id,
             attempts=attempts,
             reason=reason,
-            condition=f"(attribute_not_exists(#{STATUS}) OR #{STATUS} IN (:running, :pending)) AND "
-            f"(attribute_not_exists(#{CONTINUED_IN}) OR #{CONTINUED_IN} = :{JOB_ID})",
+            condition=f"(attribute_not_exists(#{STATUS}) OR #{STATUS} IN (:running, :pending)) AND {carried}",
             condition_values={":running": _s(RunStatus.RUNNING), ":pending": _s(RunStatus.PENDING)},
         )
 

@@ -76,15 +76,20 @@ def charge_declared(payload: Order, ctx: JobContext) -> None:
 
 class Sweep(Payload):
     token: str = sensitive()
+    chunks: int = 0  # continue_later this many times before discarding
 
 
 @job("sweep", queue="work", model=Sweep)
 def sweep(payload: Sweep, ctx: JobContext) -> None:
     RUNS.append(ctx.job_id)
+    done = int((ctx.resume_state() or {}).get("done", 0))
+    if done < payload.chunks:
+        ctx.continue_later({"done": done + 1})
     raise Discard(f"nothing to sweep with {payload.token}")
 
 
 NIGHTLY = Schedule("nightly-sweep", "cron(0 2 * * ? *)", job="sweep", payload={"token": "tok_nightly"})
+CHUNKED = Schedule("chunked-sweep", "cron(0 3 * * ? *)", job="sweep", payload={"token": "tok_nightly", "chunks": 1})
 TOPOLOGY = Topology(
     queues=(Queue("work", age_objective=timedelta(minutes=5), function_timeout=timedelta(seconds=10)),),
     job_types=(fulfil, charge, charge_declared, sweep),
@@ -95,7 +100,7 @@ TOPOLOGY = Topology(
             max_wait=timedelta(0),
         ),
     ),
-    schedules=(NIGHTLY,),
+    schedules=(NIGHTLY, CHUNKED),
 )
 
 
@@ -282,11 +287,16 @@ def test_a_discarding_half_open_probe_closes_the_breaker(work: QueueDriver, aws:
 # --- a scheduled job: the run audit ------------------------------------------------------------------------
 
 
+def delivered(schedule: Schedule, moment: datetime) -> str:
+    """The body Scheduler sends for ``schedule``'s occurrence at ``moment``."""
+    return render_input(schedule_input(schedule, sweep, 0), moment, "arn:aws:scheduler:us-east-1:1:schedule/x/y")
+
+
 def test_a_discarded_scheduled_run_is_recorded_discarded_with_its_masked_reason_and_no_success_metric(
     work: QueueDriver, aws: Aws, runs: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     moment = datetime(2030, 1, 2, 2, tzinfo=UTC)
-    body = render_input(schedule_input(NIGHTLY, sweep, 0), moment, "arn:aws:scheduler:us-east-1:1:schedule/x/y")
+    body = delivered(NIGHTLY, moment)
     work.now = moment + timedelta(minutes=1)
     work.send(body)
     work.send(body)  # Scheduler delivers at least once
@@ -304,3 +314,21 @@ def test_a_discarded_scheduled_run_is_recorded_discarded_with_its_masked_reason_
     assert (state.last_status, state.last_success) == (RunStatus.DISCARDED, None)
     # The dead man's switch counts successes only: a schedule whose runs always discard is one it should catch.
     assert schedule_succeeded_counts(capsys.readouterr().out) == {}
+
+
+def test_an_occurrence_whose_last_chunk_discards_is_recorded_discarded_by_that_chunk(
+    work: QueueDriver, aws: Aws, runs: list[str]
+) -> None:
+    moment = datetime(2030, 1, 2, 3, tzinfo=UTC)
+    work.now = moment + timedelta(minutes=1)
+    assert work.run(work.send_and_receive(delivered(CHUNKED, moment))) == []  # continues in its next chunk
+    handed_off = work.receive_one()
+    work.now = datetime.fromisoformat(json.loads(handed_off["body"])["created_at"]) + timedelta(minutes=1)
+    assert work.run(handed_off) == []
+
+    first = "schedule:chunked-sweep@2030-01-02T03:00:00Z"
+    assert runs == [first, f"{first}#1"]
+    assert [outcome.kind for outcome in work.outcomes] == [Kind.SUCCEEDED, Kind.DISCARDED]
+    audit = ScheduleRuns(aws.dynamodb, aws.provisioned.schedule_runs_table, clock=lambda: work.now)
+    [row] = audit.runs(CHUNKED.name)
+    assert (row.status, row.reason, row.job_id) == (RunStatus.DISCARDED, f"nothing to sweep with {MASK}", f"{first}#1")
