@@ -67,7 +67,10 @@ class WorkerTables:
         self.schedule_runs.grant(grantee, *SCHEDULE_RUN_ACTIONS)
         self.leases.grant(grantee, *LEASE_ACTIONS)
         self.limits.grant(grantee, *limits_state.WORKER_ACTIONS)
-        self.ledger.grant(grantee, *effects.WORKER_ACTIONS)
+        # On the table only: Table.grant would add its indexes as "index/*", and workers never read the index.
+        iam.Grant.add_to_principal(
+            grantee=grantee, actions=list(effects.WORKER_ACTIONS), resource_arns=[self.ledger.table_arn]
+        )
 
 
 class JobQueue(Construct):
