@@ -101,12 +101,16 @@ def scheduler_name(prefix: str, schedule: Schedule, shard: int) -> str:
     return name
 
 
-def succeeded_metric(schedule: str, period: timedelta) -> cloudwatch.Metric:
-    """Successful runs of ``schedule``, as the worker writes them on Lambda (conveyor.worker.schedule_runs)."""
+def succeeded_metric(schedule: str, period: timedelta, shard: int | None = None) -> cloudwatch.Metric:
+    """Successful runs of ``schedule`` (or of one of its shards), as the worker writes them on Lambda
+    (conveyor.worker.missed_runs.emit_schedule_succeeded)."""
+    dimensions = {metrics.SCHEDULE_DIMENSION: schedule}
+    if shard is not None:
+        dimensions[metrics.SHARD_DIMENSION] = str(shard)
     return cloudwatch.Metric(
         namespace=METRICS_NAMESPACE,
         metric_name=metrics.SCHEDULE_SUCCEEDED,
-        dimensions_map={metrics.SCHEDULE_DIMENSION: schedule},
+        dimensions_map=dimensions,
         statistic="Sum",
         period=Duration.seconds(int(period.total_seconds())),
     )
@@ -156,6 +160,8 @@ class Schedules(Construct):
         self.roles: dict[str, iam.Role] = {}
         self.schedules: dict[str, list[scheduler.Schedule]] = {}
         self.dead_mans_alarms: dict[str, cloudwatch.Alarm] = {}
+        # A sharded schedule's alarm per shard: one shard that stops succeeding while the others run.
+        self.shard_alarms: dict[str, list[cloudwatch.Alarm]] = {}
         self.succeeded: dict[str, cloudwatch.Metric] = {}
         for declaration in topology.schedules:
             job_type = topology.job_type(declaration.job)
@@ -249,14 +255,27 @@ class Schedules(Construct):
         if window is None:
             return None
         self.succeeded[declaration.name] = succeeded_metric(declaration.name, window.period)
+        if declaration.shards > 1:
+            self.shard_alarms[declaration.name] = [
+                self._no_success_alarm(declaration, window, shard) for shard in range(declaration.shards)
+            ]
+        return self._no_success_alarm(declaration, window)
+
+    def _no_success_alarm(
+        self, declaration: Schedule, window: AlarmWindow, shard: int | None = None
+    ) -> cloudwatch.Alarm:
+        """``Sum < 1`` for ``window``, missing data breaching: of the schedule, or of one shard of it."""
+        which = declaration.name + ("" if shard is None else f" shard {shard}")
         return self._alarm(
             cloudwatch.Alarm(
                 self,
-                f"DeadMansAlarm-{declaration.name}",
-                alarm_description=f"Schedule {declaration.name}: no successful run for {window.evaluation_periods} "
+                f"DeadMansAlarm-{declaration.name}" + ("" if shard is None else f"-{shard}"),
+                alarm_description=f"Schedule {which}: no successful run for {window.evaluation_periods} "
                 f"periods of {int(window.period.total_seconds())}s (expected every "
                 f"{declaration.expression} in {declaration.timezone})",
-                metric=self.succeeded[declaration.name],
+                metric=self.succeeded[declaration.name]
+                if shard is None
+                else succeeded_metric(declaration.name, window.period, shard),
                 threshold=1,
                 comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
                 evaluation_periods=window.evaluation_periods,

@@ -235,16 +235,39 @@ def test_scheduler_role_may_send_to_its_queue_and_the_dlq_only(synthesized: Synt
     }
 
 
-def _dead_mans_alarms(synthesized: Synthesized) -> dict[str, dict[str, Any]]:
-    """The dead man's alarms, by the schedule their metric's dimensions name."""
-    found = {}
+def _dead_mans_alarms(synthesized: Synthesized, *, per_shard: bool = False) -> dict[Any, dict[str, Any]]:
+    """The dead man's alarms, by the schedule their metric's dimensions name (or by schedule and shard)."""
+    found: dict[Any, dict[str, Any]] = {}
     for resource in synthesized.template.find_resources("AWS::CloudWatch::Alarm").values():
         properties = resource["Properties"]
         if properties.get("MetricName") == metrics.SCHEDULE_SUCCEEDED:
             dimensions = {dimension["Name"]: dimension["Value"] for dimension in properties["Dimensions"]}
-            assert dimensions.keys() == {metrics.SCHEDULE_DIMENSION}
-            found[dimensions[metrics.SCHEDULE_DIMENSION]] = properties
+            if (metrics.SHARD_DIMENSION in dimensions) != per_shard:
+                continue
+            if per_shard:
+                assert dimensions.keys() == {metrics.SCHEDULE_DIMENSION, metrics.SHARD_DIMENSION}
+                found[(dimensions[metrics.SCHEDULE_DIMENSION], int(dimensions[metrics.SHARD_DIMENSION]))] = properties
+            else:
+                assert dimensions.keys() == {metrics.SCHEDULE_DIMENSION}
+                found[dimensions[metrics.SCHEDULE_DIMENSION]] = properties
     return found
+
+
+def test_a_sharded_schedule_has_a_dead_mans_switch_per_shard_on_what_each_shard_writes(
+    synthesized: Synthesized, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = fixture.SWEEP_ORDERS
+    per_shard = _dead_mans_alarms(synthesized, per_shard=True)
+    assert set(per_shard) == {(sweep.name, shard) for shard in range(sweep.shards)}, "unsharded schedules have none"
+    whole = _dead_mans_alarms(synthesized)[sweep.name]
+    for alarm in per_shard.values():
+        for setting in ("Period", "EvaluationPeriods", "Threshold", "ComparisonOperator", "TreatMissingData"):
+            assert alarm[setting] == whole[setting]
+    emit_schedule_succeeded(sweep.name, 2)
+    documents = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    written = [set(d["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]) for d in documents]
+    assert {metrics.SCHEDULE_DIMENSION, metrics.SHARD_DIMENSION} in written
+    assert {metrics.SCHEDULE_DIMENSION} in written
 
 
 def test_the_alarm_watches_exactly_what_the_worker_writes_on_lambda(

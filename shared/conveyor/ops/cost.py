@@ -76,8 +76,9 @@ RELAY_METRICS = (relay.RELAYED, relay.POISONED, relay.FAILED)
 # The stack's alarms (infra/job_queue.py, queue_monitoring.py, outbox_relay.py, schedules.py) in alarm
 # metrics: per queue, age, DLQ depth, errors, throttles and saturation; per job type, p99 latency, the
 # retry rate (a metric-math alarm reading 3 metrics) and dead letters; per relay (the outbox's and one
-# per streamed table) its iterator age, and the relay DLQ's depth; per schedule its dead man's switch,
-# and the schedules DLQ's depth. For this project's topology: 51, as its synthesized template holds.
+# per streamed table) its iterator age, and the relay DLQ's depth; per schedule its dead man's switch
+# (and one per shard of a sharded schedule), and the schedules DLQ's depth. For this project's topology:
+# 55, as its synthesized template holds.
 ALARM_METRICS_PER_QUEUE = 5
 ALARM_METRICS_PER_JOB_TYPE = 5
 ALARM_METRICS_PER_RELAY = 1
@@ -354,7 +355,13 @@ def _priced(usages: Sequence[Mapping[Meter, float]], prices: PriceTable) -> list
 def custom_metrics(topology: Topology) -> int:
     """The custom metrics written every hour a workload runs: per job type, per relay, per schedule."""
     relays = 1 + len(topology.streamed_tables())
-    return len(topology.job_types) * len(SUCCESS_METRICS) + relays * len(RELAY_METRICS) + len(topology.schedules)
+    return len(topology.job_types) * len(SUCCESS_METRICS) + relays * len(RELAY_METRICS) + schedule_series(topology)
+
+
+def schedule_series(topology: Topology) -> int:
+    """ScheduleSucceeded's series, and so the dead man's alarms: one per schedule, plus one per shard of a sharded one
+    (bounded: at most MAX_SHARDS each)."""
+    return sum(1 + (schedule.shards if schedule.shards > 1 else 0) for schedule in topology.schedules)
 
 
 def alarm_metrics(topology: Topology) -> int:
@@ -366,7 +373,7 @@ def alarm_metrics(topology: Topology) -> int:
         + len(topology.job_types) * ALARM_METRICS_PER_JOB_TYPE
         + relays * ALARM_METRICS_PER_RELAY
         + ALARM_METRICS_PER_DLQ
-        + schedules * ALARM_METRICS_PER_SCHEDULE
+        + schedule_series(topology) * ALARM_METRICS_PER_SCHEDULE
         + (ALARM_METRICS_PER_DLQ if schedules else 0)
     )
 
