@@ -23,6 +23,7 @@ from conveyor.ops.dlq_scan import read_entries
 from conveyor.ops.event_sources import check_max_concurrency
 from conveyor.ops.rate import RateLimiter, parse_rate
 from conveyor.ops.redrive import DEFAULT_CANARY_TIMEOUT, Redrive, RedriveReport, discard
+from conveyor.ops.schedule_pauses import SchedulePauses
 from conveyor.ops.status import queue_counts, queue_status
 
 DEFAULT_DRAIN_TIMEOUT = timedelta(minutes=5)
@@ -425,6 +426,7 @@ def pause(project: Project, queue: str, reason: str, for_text: str | None, as_js
         details,
         as_json,
     )
+    _mark_schedules(project, "pause", lambda pauses: pauses.queue_paused(queue, until=resume_at))
 
 
 @click.command()
@@ -435,6 +437,16 @@ def resume(project: Project, queue: str, as_json: bool) -> None:
     """Consume a paused queue again (and cancel a timed resume)."""
     project.queue_name(queue)
     _state_change(project, queue, "resume", lambda: project.target.event_sources.resume(queue), {}, as_json)
+    _mark_schedules(project, "resume", lambda pauses: pauses.queue_resumed(queue))
+
+
+def _mark_schedules(project: Project, action: str, mark: Callable[[SchedulePauses], object]) -> None:
+    """Tell the queue's schedules (their state in the run audit) of the pause, so their runs record it as ``paused``."""
+    table = project.target.schedule_runs_table
+    if table is None:
+        return
+    with aws_errors(f"{action} was applied and audited; marking it on the queue's schedules"):
+        mark(SchedulePauses(project.topology, project.target.clients("dynamodb"), table))
 
 
 @click.command()

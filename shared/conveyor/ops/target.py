@@ -67,6 +67,8 @@ class Target:
     ledger_table: str
     event_sources: EventSources
     clients: Clients
+    # The run audit (conveyor.worker.schedule_runs), where a queue's pause is marked for its schedules; None without.
+    schedule_runs_table: str | None = None
 
     def queue(self, name: str) -> QueueTarget:
         return self.queues[name]
@@ -126,6 +128,7 @@ def local_target(topology: Topology, clients: Clients) -> Target:
             audit_table=naming.table_name(naming.AUDIT_TABLE),
         ),
         clients=clients,
+        schedule_runs_table=naming.table_name(naming.SCHEDULE_RUNS_TABLE) if topology.schedules else None,
     )
 
 
@@ -175,6 +178,7 @@ def stack_target(topology: Topology, clients: Clients, stack_name: str) -> Targe
             clients("lambda"), clients("scheduler"), mappings=mappings, schedules=schedules
         ),
         clients=clients,
+        schedule_runs_table=found.get(outputs.SCHEDULE_RUNS_TABLE),
     )
 
 
