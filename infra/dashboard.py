@@ -7,7 +7,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from conveyor.worker.relay import FAILED, POISONED, RELAYED
+from conveyor.worker.relay import DEDUPLICATED, FAILED, POISONED, RELAYED
 from infra.destination_monitoring import ROW_WIDTH, DestinationMonitoring, error_rate_graph
 from infra.job_metrics import PERIOD
 from infra.outbox_relay import ITERATOR_AGE_THRESHOLD, MILLISECONDS, OutboxRelay
@@ -56,6 +56,7 @@ class JobsDashboard(Construct):
                 )
                 for title, name in (
                     ("relays: jobs relayed", RELAYED),
+                    ("relays: duplicate enqueues absorbed", DEDUPLICATED),
                     ("relays: poison records dead-lettered", POISONED),
                     ("relays: records given back to retry", FAILED),
                 )

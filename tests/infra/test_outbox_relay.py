@@ -14,11 +14,13 @@ from aws_cdk.assertions import Match
 
 from conveyor.contract import limits, naming, outputs, relay_mapping
 from conveyor.contract.loader import TOPOLOGY_ENV
-from conveyor.contract.relay_settings import OUTBOX_SOURCE, RelaySettings
-from conveyor.sdk import outbox
+from conveyor.contract.relay_settings import DEDUPE_TABLE_ENV, OUTBOX_SOURCE, RelaySettings
+from conveyor.sdk import dedupe, outbox
 from functions.orders import ORDERS_TABLE as PROJECT_ORDERS
 from infra.app import LOG_RETENTION_CONTEXT, PREFIX_CONTEXT, project_context
 from infra.outbox_relay import (
+    DEDUPE_ENQUEUE_ACTIONS,
+    DEDUPE_RELAY_ACTIONS,
     HANDLER,
     ITERATOR_AGE_DATAPOINTS_TO_ALARM,
     ITERATOR_AGE_EVALUATION_PERIODS,
@@ -38,6 +40,10 @@ QUEUE_SEND = {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"}
 
 def _outbox_table(synthesized: Synthesized) -> str:
     return synthesized.output_ref(outputs.OUTBOX_TABLE)
+
+
+def _dedupe_table(synthesized: Synthesized) -> str:
+    return synthesized.output_ref(outputs.DEDUPE_TABLE)
 
 
 def _relay_dlq(synthesized: Synthesized) -> str:
@@ -131,6 +137,8 @@ def test_relay_role_reads_its_stream_and_sends_to_the_work_queues_and_relay_dlq_
         "*": {"dynamodb:ListStreams", "xray:PutTraceSegments", "xray:PutTelemetryRecords"},
         f"${{{ids.table}.StreamArn}}": STREAM_READ,
         f"${{{_relay_dlq(stream_synthesized)}.Arn}}": QUEUE_SEND,
+        # A relayed job with a dedupe key claims it (conveyor.sdk.dedupe).
+        f"${{{_dedupe_table(stream_synthesized)}.Arn}}": set(DEDUPE_RELAY_ACTIONS),
     }
     # Every declared work queue, FIFO included; none of their DLQs.
     for queue in stream_synthesized.topology.queues:
@@ -149,6 +157,7 @@ def test_relay_environment_names_its_source_the_relay_dlq_and_every_queue(
     assert settings.source == source
     assert variables[TOPOLOGY_ENV] == STREAM_TOPOLOGY_SPEC
     assert settings.dlq_url == f"${{{_relay_dlq(stream_synthesized)}}}"
+    assert settings.dedupe_table == f"${{{_dedupe_table(stream_synthesized)}}}"
     assert settings.queue_urls == {
         queue.name: f"${{{stream_synthesized.of_queue(queue.name).queue}}}"
         for queue in stream_synthesized.topology.queues
@@ -236,14 +245,24 @@ def test_outputs_name_the_outbox_table_and_the_relay_dlq(synthesized: Synthesize
 
 
 def test_every_worker_can_enqueue_through_the_outbox(synthesized: Synthesized) -> None:
-    """Jobs may enqueue follow-up jobs atomically with their writes: table name and PutItem, no more."""
-    outbox_id = _outbox_table(synthesized)
+    """Jobs may enqueue follow-up jobs atomically with their writes, with dedupe keys: the tables' names and writes."""
+    outbox_id, dedupe_id = _outbox_table(synthesized), _dedupe_table(synthesized)
     for queue in synthesized.topology.queues:
         ids = synthesized.of_queue(queue.name)
         function = synthesized.properties(ids.function)
         assert function["Environment"]["Variables"][outbox.OUTBOX_TABLE_ENV] == {"Ref": outbox_id}
+        assert function["Environment"]["Variables"][DEDUPE_TABLE_ENV] == {"Ref": dedupe_id}
         granted = _granted(synthesized, function["Role"]["Fn::GetAtt"][0])
         assert granted[f"${{{outbox_id}.Arn}}"] == {"dynamodb:PutItem"}
+        assert granted[f"${{{dedupe_id}.Arn}}"] == set(DEDUPE_ENQUEUE_ACTIONS)
+
+
+def test_the_dedupe_table_expires_its_keys_and_is_named_in_an_output(synthesized: Synthesized) -> None:
+    table = synthesized.properties(_dedupe_table(synthesized))
+    assert table["KeySchema"] == [{"AttributeName": dedupe.KEY, "KeyType": "HASH"}]
+    assert table["TimeToLiveSpecification"] == {"AttributeName": dedupe.EXPIRES_AT, "Enabled": True}
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
 
 
 def test_stream_relays_pass_aws_solutions_checks_with_named_acknowledgments(
@@ -281,6 +300,7 @@ def test_dashboard_graphs_what_each_relay_relayed_poisoned_and_gave_back(stream_
     graphs = {widget["properties"].get("title"): widget["properties"] for widget in widgets}
     for title, metric in (
         ("relays: jobs relayed", "Relayed"),
+        ("relays: duplicate enqueues absorbed", "RelayDeduplicated"),
         ("relays: poison records dead-lettered", "RelayPoisoned"),
         ("relays: records given back to retry", "RelayFailed"),
     ):
@@ -303,6 +323,7 @@ def test_only_the_outbox_relay_creates_its_table() -> None:
             table=None,
             queues={},
             dlq=unused,
+            dedupe_table=unused,
             package=unused,
             alarm_topic=unused,
             log_retention=unused,

@@ -69,10 +69,10 @@ XRAY_FIXED_RATE = 0.05
 TRACES_SCANNED_PER_RECORDED = 1.0
 
 # The custom metrics every successful job writes (conveyor.worker.metrics), per job type; every relay
-# writes its three each invocation; every schedule its dead man's switch. Series written only on
+# writes its four each invocation; every schedule its dead man's switch. Series written only on
 # failure (retries and dead letters by reason) are billed only for the hours they appear.
 SUCCESS_METRICS = (metrics.SUCCEEDED, metrics.DURATION, metrics.QUEUE_WAIT, metrics.END_TO_END)
-RELAY_METRICS = (relay.RELAYED, relay.POISONED, relay.FAILED)
+RELAY_METRICS = (relay.RELAYED, relay.DEDUPLICATED, relay.POISONED, relay.FAILED)
 # The stack's alarms (infra/job_queue.py, queue_monitoring.py, outbox_relay.py, schedules.py) in alarm
 # metrics: per queue, age, DLQ depth, errors, throttles and saturation; per job type, p99 latency, the
 # retry rate (a metric-math alarm reading 3 metrics) and dead letters; per relay (the outbox's and one
