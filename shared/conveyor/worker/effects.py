@@ -189,6 +189,7 @@ class EffectLedger:
         """
         if verdict is Verdict.UNKNOWN:
             return False
+        detail: tuple[str, str | None]
         if verdict is Verdict.CONFIRMED:
             status, detail = Status.CONFIRMED, (RESULT, None)
         else:
@@ -250,7 +251,7 @@ class EffectLedger:
 
     def pending(self, name: str, *, intended_after: datetime, intended_before: datetime) -> list[EffectRecord]:
         """Effects of ``name`` still intended, whose latest intent lies between the two instants, oldest first."""
-        found = []
+        found: list[EffectRecord] = []
         paginator = self._dynamodb.get_paginator("query")
         for shard in range(PENDING_SHARDS):
             for page in paginator.paginate(
