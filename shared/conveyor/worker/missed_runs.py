@@ -86,7 +86,7 @@ def emit_schedule_succeeded(schedule: str, shard: int | None = None) -> None:
     Written as their own EMF documents right away rather than buffered with the job metrics: a
     scheduled run is rare, and each alarm reads one dimension set alone.
     """
-    dimension_sets = [((SCHEDULE_DIMENSION, schedule),)]
+    dimension_sets: list[tuple[tuple[str, str], ...]] = [((SCHEDULE_DIMENSION, schedule),)]
     if shard is not None:
         dimension_sets.append(((SCHEDULE_DIMENSION, schedule), (SHARD_DIMENSION, str(shard))))
     for dimensions in dimension_sets:

@@ -190,7 +190,7 @@ def test_the_total_is_the_lines_plus_the_fixed_alarms_and_metrics() -> None:
     # 2 job types x 4 success metrics + the outbox relay's 4; 2 queues x 5 + 2 job types x 5 + relay + relay DLQ.
     assert found.fixed.usage == {Meter.CUSTOM_METRICS: 12, Meter.ALARM_METRICS: 22}
     assert found.fixed.total == pytest.approx(12 * 0.3 + 22 * 0.1)
-    assert found.total == pytest.approx(sum(line.total for line in found.lines) + 5.5)
+    assert found.total == pytest.approx(sum(line.total for line in found.lines) + found.fixed.total)
     assert found.per_million_jobs == pytest.approx(found.total)
     assert found.jobs == pytest.approx(1_000_000)
 
