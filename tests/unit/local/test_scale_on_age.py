@@ -44,10 +44,12 @@ def topology() -> Topology:
 
 
 class Clock:
-    """Starts at the wall clock's now (moto dates the messages by it), then moves only when told."""
+    """Starts half a minute before the wall clock's now (moto dates messages by the wall clock), then moves only
+    when told: a message sent at the start is 30s old a minute later, 90s after two, and so on, never at a
+    whole-minute objective however long the test takes to send it."""
 
     def __init__(self) -> None:
-        self.now = datetime.now(UTC)
+        self.now = datetime.now(UTC) - timedelta(seconds=30)
 
     def __call__(self) -> datetime:
         return self.now
@@ -110,15 +112,16 @@ def test_a_backlog_older_than_the_objective_doubles_concurrency_up_to_the_bound_
     controlled.send("elastic")
     controlled.send("fixed")
 
-    # Each run reads the datapoint published the minute before (CloudWatch's EndTime is exclusive): ages 1m
-    # and 2m are within the 2m objective, 3m is over it, and so is every minute after.
+    # Each run reads the datapoint published the minute before (CloudWatch's EndTime is exclusive): ages 30s
+    # and 90s are within the 2m objective, 150s is over it, and so is every minute after.
     assert controlled.minutes(6) == [4, 4, 4, 8, 16, 16]
 
     assert controlled.concurrency("fixed") == 3
+    age = pytest.approx
     assert controlled.audit() == [
-        {"actor": ACTOR, "action": "concurrency", "from": 4, "to": 8, "age_s": 180.0, "objective_s": 120.0}
+        {"actor": ACTOR, "action": "concurrency", "from": 4, "to": 8, "age_s": age(150, abs=5), "objective_s": 120.0}
         | {"why": "age over objective"},
-        {"actor": ACTOR, "action": "concurrency", "from": 8, "to": 16, "age_s": 240.0, "objective_s": 120.0}
+        {"actor": ACTOR, "action": "concurrency", "from": 8, "to": 16, "age_s": age(210, abs=5), "objective_s": 120.0}
         | {"why": "age over objective"},
     ]
 
