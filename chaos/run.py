@@ -76,7 +76,7 @@ class RunRecord:
     settings: RunSettings
     endpoint: str = ""
     provisioned: Provisioned | None = None
-    # job id -> what must come of it; duplicates (second enqueues) map to their first's id.
+    # job id -> what must come of it; a duplicate enqueue with a dedupe key gets (and keeps) its first job's id.
     planned: dict[str, PlannedJob] = field(default_factory=dict)
     duplicate_enqueues: int = 0
     redeliveries: int = 0
@@ -231,8 +231,9 @@ class Supervisor:
                 ids = client.enqueue_many(job.request for job in sqs_jobs)
                 ids += [self._place(client, provisioned, job) for job in orders]
                 for job_id, job in zip(ids, sqs_jobs + orders, strict=True):
-                    self.record.planned[job_id] = job
                     self.record.duplicate_enqueues += job.duplicate
+                    if job_id not in self.record.planned:  # a dedupe key's duplicate gets its first job's id
+                        self.record.planned[job_id] = job
                 sent.extend((job_id, job) for job_id, job in zip(ids, sqs_jobs, strict=False) if not job.duplicate)
                 if index in kill_after:
                     self._kill()

@@ -11,13 +11,25 @@ from constructs import Construct
 
 
 class WorkerStateTable(Construct):
-    """A worker state table; ``ttl_attribute`` None for items that must never expire on their own."""
+    """A worker state table; ``ttl_attribute`` None for items that must never expire on their own.
 
-    def __init__(self, scope: Construct, construct_id: str, *, key: str, ttl_attribute: str | None) -> None:
+    ``table_name`` fixes the physical name, for a table producers outside the stack find by name.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        key: str,
+        ttl_attribute: str | None,
+        table_name: str | None = None,
+    ) -> None:
         super().__init__(scope, construct_id)
         self.table = dynamodb.Table(
             self,
             "Table",
+            table_name=table_name,
             partition_key=dynamodb.Attribute(name=key, type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             time_to_live_attribute=ttl_attribute,

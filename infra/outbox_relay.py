@@ -227,7 +227,8 @@ class OutboxRelay(Construct):
         return self.function.metric("IteratorAge", statistic="Maximum", period=METRIC_PERIOD)
 
     def records(self, name: str) -> cloudwatch.Metric:
-        """One of the relay's own EMF counts (``conveyor.worker.relay``: Relayed, RelayDeduplicated, RelayPoisoned, RelayFailed)."""
+        """One of the relay's own EMF counts (``conveyor.worker.relay``: Relayed, RelayDeduplicated, RelayPoisoned,
+        RelayFailed)."""
         return cloudwatch.Metric(
             namespace=METRICS_NAMESPACE,
             metric_name=name,

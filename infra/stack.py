@@ -5,7 +5,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from conveyor.contract import outputs
+from conveyor.contract import naming, outputs
 from conveyor.contract.relay_settings import OUTBOX_SOURCE
 from conveyor.contract.topology import Topology
 from conveyor.sdk import dedupe as dedupe_records
@@ -14,8 +14,8 @@ from conveyor.worker.destinations import state as limits_state
 from infra.alarm_topic import AlarmTopic
 from infra.checkpoints_table import WorkerStateTable
 from infra.dashboard import JobsDashboard
-from infra.effects_ledger import EffectsLedgerTable
 from infra.destination_monitoring import DestinationMonitoring
+from infra.effects_ledger import EffectsLedgerTable
 from infra.idempotency_table import IdempotencyTable
 from infra.job_queue import JobQueue, WorkerTables
 from infra.job_table import JobTable
@@ -98,9 +98,16 @@ class ConveyorStack(Stack):
                 table.grant_to(job_queue.function)
             tables[declaration.name] = table
         relay_dlq = RelayDeadLetterQueue(self, "RelayDlq", prefix=prefix, alarm_topic=alarms.topic)
-        queues = {name: job_queue.queue for name, job_queue in self.job_queues.items()}
         # Which job each dedupe key given at enqueue made: an item per key, gone by TTL after its window.
-        dedupe = WorkerStateTable(self, "Dedupe", key=dedupe_records.KEY, ttl_attribute=dedupe_records.EXPIRES_AT)
+        # Named as the SDK's default (naming.table_name), so a producer finds it as it finds a queue.
+        dedupe = WorkerStateTable(
+            self,
+            "Dedupe",
+            key=dedupe_records.KEY,
+            ttl_attribute=dedupe_records.EXPIRES_AT,
+            table_name=naming.table_name(naming.DEDUPE_TABLE, prefix=prefix),
+        )
+        queues = {name: job_queue.queue for name, job_queue in self.job_queues.items()}
 
         def relay(construct_id: str, source: str, table: dynamodb.ITable | None = None) -> OutboxRelay:
             return OutboxRelay(
@@ -110,8 +117,8 @@ class ConveyorStack(Stack):
                 table=table,
                 queues=queues,
                 dlq=relay_dlq.queue,
-                package=package,
                 dedupe_table=dedupe.table,
+                package=package,
                 alarm_topic=alarms.topic,
                 log_retention=log_retention,
             )
@@ -171,6 +178,7 @@ class ConveyorStack(Stack):
         CfnOutput(self, outputs.IDEMPOTENCY_TABLE, value=idempotency.table.table_name)
         CfnOutput(self, outputs.PREFIX, value=prefix)
         CfnOutput(self, outputs.OUTBOX_TABLE, value=self.outbox.table.table_name)
+        CfnOutput(self, outputs.DEDUPE_TABLE, value=dedupe.table.table_name)
         CfnOutput(self, outputs.RELAY_DLQ_URL, value=relay_dlq.queue.queue_url)
         CfnOutput(self, outputs.OPS_AUDIT_TABLE, value=operations.audit_table.table_name)
         CfnOutput(self, outputs.RESUME_SCHEDULE_GROUP, value=operations.schedule_group.schedule_group_name)
@@ -187,7 +195,6 @@ class ConveyorStack(Stack):
         for name, job_queue in self.job_queues.items():
             for resource, value in (
                 (outputs.QUEUE_URL, job_queue.queue.queue_url),
-        CfnOutput(self, outputs.DEDUPE_TABLE, value=dedupe.table.table_name)
                 (outputs.DLQ_URL, job_queue.dlq.queue_url),
                 (outputs.WORKER_FUNCTION, job_queue.function.function_name),
                 (outputs.WORKER_LOG_GROUP, job_queue.log_group.log_group_name),

@@ -4,8 +4,9 @@ What it sends, per job type:
 - several hundred jobs through the SDK, in batches;
 - transient faults (``flaky-<n>`` inputs) that succeed after backoff;
 - permanent faults (a bounced address, a declined card, a 404 receiver) that must be dead-lettered;
-- duplicate enqueues (same dedupe key, or the same order) and duplicate deliveries (the same
-  body sent twice, as SQS may deliver it) that must cause no second effect;
+- duplicate enqueues (same dedupe key, which must make no second job, or the same order, which
+  the job type's idempotency key absorbs) and duplicate deliveries (the same body sent twice, as
+  SQS may deliver it) that must cause no second effect;
 and, straight to the queues, poison messages that must land in the DLQs with their reasons.
 
 Then orders, charged through the stream relays rather than sent to SQS by their producer:
@@ -106,10 +107,14 @@ class Placed(StrEnum):
 
 @dataclass(frozen=True)
 class Planned:
-    """How one enqueued job must end: dead-lettered with a reason, or run (or absorbed as a duplicate)."""
+    """How one enqueued job must end: dead-lettered with a reason, or run (or absorbed as a duplicate).
+
+    A duplicate enqueued with a dedupe key makes no job at all: its id is the first one's.
+    """
 
     dead: Reason | None = None
     duplicate: bool = False
+    deduped_at_enqueue: bool = False
 
 
 @dataclass
@@ -120,6 +125,9 @@ class Plan:
     dead_letters: Counter[str] = field(default_factory=Counter)
     effects: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
+    # Duplicate enqueues with a dedupe key, and how many of them got the first job's id back.
+    enqueue_duplicates: int = 0
+    deduped_at_enqueue: int = 0
     orders: dict[str, Placed] = field(default_factory=dict)
     placed_again: int = 0
     refused: int = 0
@@ -357,8 +365,13 @@ class ExampleScenario:
         )
         for example in EXAMPLES:
             requests, planned = self._requests(example)
-            for job_id, plan in zip(client.enqueue_many(requests), planned, strict=True):
-                self.plan.expect_job(job_id, dead=plan.dead, duplicate=plan.duplicate)
+            ids = client.enqueue_many(requests)
+            for index, (job_id, plan) in enumerate(zip(ids, planned, strict=True)):
+                if plan.deduped_at_enqueue:  # enqueued right after its original
+                    self.plan.enqueue_duplicates += 1
+                    self.plan.deduped_at_enqueue += job_id == ids[index - 1]
+                else:
+                    self.plan.expect_job(job_id, dead=plan.dead, duplicate=plan.duplicate)
         self._write_foreign_outbox_poison()
         self._place_orders(client)
         self._write_order_rows()
@@ -384,7 +397,7 @@ class ExampleScenario:
             planned.append(Planned(dead=dead))
             if i % DUPLICATE_EVERY == example.duplicate_at and not dead:
                 requests.append(request)
-                planned.append(Planned(duplicate=True))
+                planned.append(Planned(duplicate=True, deduped_at_enqueue=request.dedupe_key is not None))
         return requests, planned
 
     def _place_orders(self, client: JobClient) -> None:
@@ -484,6 +497,7 @@ class ExampleScenario:
         return [
             self._jobs_finished(observed),
             self._duplicates(observed),
+            self._deduped_at_enqueue(),
             self._dead_letters(observed),
             self._effects(),
             self._orders_charged_once(),
@@ -510,6 +524,13 @@ class ExampleScenario:
             "duplicate enqueues and deliveries absorbed by idempotency",
             absorbed >= self.plan.duplicates,
             f"{absorbed} absorbed, {self.plan.duplicates} planned",
+        )
+
+    def _deduped_at_enqueue(self) -> Invariant:
+        return Invariant(
+            "duplicate enqueues with a dedupe key made no second job",
+            self.plan.deduped_at_enqueue == self.plan.enqueue_duplicates > 0,
+            f"{self.plan.deduped_at_enqueue} of {self.plan.enqueue_duplicates} got the first job's id back",
         )
 
     def _dead_letters(self, observed: Observed) -> Invariant:

@@ -259,6 +259,8 @@ def test_every_worker_can_enqueue_through_the_outbox(synthesized: Synthesized) -
 
 def test_the_dedupe_table_expires_its_keys_and_is_named_in_an_output(synthesized: Synthesized) -> None:
     table = synthesized.properties(_dedupe_table(synthesized))
+    # The name the SDK defaults to, so a producer outside the stack finds it as it finds a queue.
+    assert table["TableName"] == naming.table_name(naming.DEDUPE_TABLE, prefix=PREFIX)
     assert table["KeySchema"] == [{"AttributeName": dedupe.KEY, "KeyType": "HASH"}]
     assert table["TimeToLiveSpecification"] == {"AttributeName": dedupe.EXPIRES_AT, "Enabled": True}
     assert table["BillingMode"] == "PAY_PER_REQUEST"

@@ -109,7 +109,11 @@ def _progress(shown: bool, length: int, label: str) -> Iterator[Callable[[int], 
     metavar="DURATION",
     help="Hold the job back: 90s, 15m (SQS allows at most 15m).",
 )
-@click.option("--dedupe-key", callback=_parsed(_non_empty), help="Jobs with the same key run once.")
+@click.option(
+    "--dedupe-key",
+    callback=_parsed(_non_empty),
+    help="A second enqueue with this key, within the type's dedupe window, makes no job and prints the first's id.",
+)
 @click.option("--group", callback=_parsed(_non_empty), help="The message group, for a job type on a FIFO queue.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj

@@ -42,8 +42,8 @@ class Provisioned:
     schedule_runs_table: str
     leases_table: str
     limits_table: str
-    tables: dict[str, str]
     ledger_table: str
+    tables: dict[str, str]
     audit_table: str
     event_sources_table: str
     outbox_table: str
@@ -65,9 +65,9 @@ class Provisioned:
             schedule_runs_table=self.schedule_runs_table,
             leases_table=self.leases_table,
             limits_table=self.limits_table,
+            ledger_table=self.ledger_table,
         )
 
-            ledger_table=self.ledger_table,
     def table_environment(self) -> dict[str, str]:
         """What the stack gives workers and producers: declared tables' names, and the outbox's."""
         environment = {naming.table_env(name): physical for name, physical in self.tables.items()}
@@ -150,10 +150,6 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
     _create_table(dynamodb, leases_table, key=lease.KEY, ttl_attribute=None)
     limits_table = naming.table_name(naming.LIMITS_TABLE, prefix=prefix)
     _create_table(dynamodb, limits_table, key=limits_state.KEY, ttl_attribute=limits_state.EXPIRES_AT)
-    tables = {}
-    streamed = {table.name for table in topology.streamed_tables()}
-    streams = {}
-    for table in topology.tables:
     ledger_table = naming.table_name(naming.EFFECTS_LEDGER_TABLE, prefix=prefix)
     _create_table(
         dynamodb,
@@ -162,6 +158,10 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
         ttl_attribute=effects.EXPIRES_AT,
         index=(effects.PENDING_INDEX, effects.PENDING, effects.INTENDED_AT),
     )
+    tables = {}
+    streamed = {table.name for table in topology.streamed_tables()}
+    streams = {}
+    for table in topology.tables:
         tables[table.name] = naming.table_name(table.name, prefix=prefix)
         _create_table(
             dynamodb,
@@ -199,14 +199,14 @@ def provision(topology: Topology, *, sqs: Any, dynamodb: Any, prefix: str | None
         schedule_runs_table=schedule_runs_table,
         leases_table=leases_table,
         limits_table=limits_table,
+        ledger_table=ledger_table,
         tables=tables,
         audit_table=audit,
         event_sources_table=event_sources,
         outbox_table=outbox,
-        relay_dlq_url=relay_dlq_url,
         dedupe_table=dedupe_table,
+        relay_dlq_url=relay_dlq_url,
         streams=streams,
-        ledger_table=ledger_table,
         schedules_dlq_url=schedules_dlq_url,
     )
 
@@ -247,6 +247,22 @@ def _create_table(
         "AttributeDefinitions": [{"AttributeName": key, "AttributeType": "S"}],
         "BillingMode": "PAY_PER_REQUEST",
     }
+    if index is not None:
+        index_name, partition, sort = index
+        request["AttributeDefinitions"] += [
+            {"AttributeName": partition, "AttributeType": "S"},
+            {"AttributeName": sort, "AttributeType": "N"},
+        ]
+        request["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": index_name,
+                "KeySchema": [
+                    {"AttributeName": partition, "KeyType": "HASH"},
+                    {"AttributeName": sort, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ]
     if stream:
         request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"}
     try:

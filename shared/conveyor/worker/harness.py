@@ -46,8 +46,8 @@ from conveyor.worker.classify import FailureKind, classify
 from conveyor.worker.dead_letter import DeadLetterQueue, Failure, failure_attributes, truncate
 from conveyor.worker.delivery import Delivery
 from conveyor.worker.destinations.guard import DestinationLimits, JobGuard
-from conveyor.worker.heartbeat import DEADLINE_MARGIN, Heartbeats, lease_for
 from conveyor.worker.effects import EffectLedger, RunEffects
+from conveyor.worker.heartbeat import DEADLINE_MARGIN, Heartbeats, lease_for
 from conveyor.worker.idempotency import Completion, Discarded, IdempotentRunner, record_lifetime
 from conveyor.worker.lease import LeaseLostError
 from conveyor.worker.missed_runs import ScheduledRuns
@@ -154,10 +154,10 @@ class Harness:
         self._clock = clock or (lambda: datetime.now(UTC))
         self._observer = observer
         # The declared destinations' shared limits, and the queue's retry budget (conveyor.worker.destinations).
-        self._limits = DestinationLimits(
-            topology,
         # What the jobs did at their destinations (ctx.effect): conveyor.worker.effects.
         self._ledger = EffectLedger(dynamodb_client, settings.ledger_table, clock=self._clock)
+        self._limits = DestinationLimits(
+            topology,
             self.queue,
             dynamodb_client=dynamodb_client,
             table=settings.limits_table,
@@ -293,16 +293,6 @@ class Harness:
             deadline_monotonic=time.monotonic() + budget,
             progress=progress,
             guard=guard,
-        )
-
-        def call_handler() -> Discarded | None:
-            if self._scheduled:  # inside the idempotent call: a completed occurrence's duplicate never gets here
-                self._scheduled.begin(envelope)
-            # The limit covers the handler only, never Powertools' own record writes around it.
-            # The declared destinations are taken first (a wait bounded by their max_wait), and their outcomes
-            # recorded and slots released after: the time limit covers the handler only.
-            with guard.declared():
-                snoozed = False
             effects=RunEffects(
                 self._ledger,
                 self._topology,
@@ -313,6 +303,16 @@ class Harness:
                 sensitive=sensitive_values(job_type.model, payload.model_dump(mode="json")),
                 now=now,
             ),
+        )
+
+        def call_handler() -> Discarded | None:
+            if self._scheduled:  # inside the idempotent call: a completed occurrence's duplicate never gets here
+                self._scheduled.begin(envelope)
+            # The limit covers the handler only, never Powertools' own record writes around it.
+            # The declared destinations are taken first (a wait bounded by their max_wait), and their outcomes
+            # recorded and slots released after: the time limit covers the handler only.
+            with guard.declared():
+                snoozed = False
                 try:
                     with time_limit(budget):
                         job_type.handler(payload, context)
