@@ -208,7 +208,10 @@ def _repeated_job_id(aws: Aws) -> tuple[list[Write], list[JobRequest]]:
 @pytest.mark.parametrize(
     ("case", "message"),
     [
-        (_too_many, "101 actions (one per write, one per job and one per dedupe key), over DynamoDB's limit of 100 per transaction"),
+        (
+            _too_many,
+            "101 actions (one per write, one per job and one per dedupe key), over DynamoDB's limit of 100",
+        ),
         (_too_large, "over DynamoDB's 4194304-byte limit per transaction; split the call"),
         (
             _put_and_update_one_item,
