@@ -13,9 +13,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from conveyor.contract.settings import SERVICE_NAME
+from conveyor.contract.settings import AUDIT_TABLE_ENV, SERVICE_NAME
 from conveyor.worker.audit import WRITE_ACTIONS
-from conveyor.worker.timed_resume import AUDIT_TABLE_ENV
 from infra.worker_package import ARCHITECTURE, RUNTIME, WorkerPackage
 
 HANDLER = "functions.timed_resume.handler"

@@ -6,7 +6,7 @@ Test mode: an order id containing ``declined`` is declined (permanent); ``flaky-
 rate-limited on the first n calls.
 """
 
-from conveyor.contract.effects import EffectRecord, Verdict
+from conveyor import EffectRecord, Verdict
 from functions.providers.effects import EffectsLedger
 from functions.providers.faults import transient_failures_for
 

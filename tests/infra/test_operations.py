@@ -6,11 +6,13 @@ from typing import Any
 from aws_cdk.assertions import Capture, Match
 
 from conveyor.contract import outputs
+from conveyor.contract.settings import AUDIT_TABLE_ENV
 from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
 from conveyor.ops.event_sources import ResumeSchedules
-from conveyor.worker.timed_resume import AUDIT_TABLE_ENV
+from conveyor.worker import effects
 from functions.topology import TOPOLOGY
 from infra.app import PREFIX_CONTEXT, project_context
+from infra.operations import LEDGER_ACTIONS, LEDGER_INDEX_ACTIONS
 from tests.infra.conftest import Synthesized, as_list, render
 
 QUEUE_NAMES = [queue.name for queue in TOPOLOGY.queues]
@@ -181,6 +183,11 @@ def test_operator_policy_grants_exactly_what_jobs_needs(synthesized: Synthesized
             "dynamodb:BatchGetItem",
             "dynamodb:UpdateItem",
         },
+        # `conveyor reconcile` reads the effect ledger's pending index and settles what it finds.
+        f"${{{synthesized.output_ref(outputs.LEDGER_TABLE)}.Arn}}": set(LEDGER_ACTIONS),
+        f"${{{synthesized.output_ref(outputs.LEDGER_TABLE)}.Arn}}/index/{effects.PENDING_INDEX}": set(
+            LEDGER_INDEX_ACTIONS
+        ),
         # CloudWatch reads have no resource-level permissions; the only wildcard.
         "*": {"cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics"},
     }

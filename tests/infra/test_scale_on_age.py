@@ -10,7 +10,8 @@ from typing import Any
 from aws_cdk.assertions import Capture, Match
 
 from conveyor.contract import outputs
-from conveyor.contract.scale_settings import AUDIT_TABLE_ENV, MAPPINGS_ENV, QUEUE_NAMES_ENV
+from conveyor.contract.scale_settings import MAPPINGS_ENV, QUEUE_NAMES_ENV
+from conveyor.contract.settings import AUDIT_TABLE_ENV
 from conveyor.worker.audit import WRITE_ACTIONS
 from functions.topology import TOPOLOGY
 from infra.scale_on_age import (

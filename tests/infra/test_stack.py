@@ -11,7 +11,7 @@ from aws_cdk.assertions import Capture, Match
 from conveyor.contract import limits, naming, outputs
 from conveyor.contract.loader import TOPOLOGY_ENV
 from conveyor.contract.settings import WorkerSettings
-from conveyor.worker import lease, schedule_runs
+from conveyor.worker import effects, lease, schedule_runs
 from conveyor.worker.checkpoints import EXPIRES_AT as CHECKPOINT_TTL
 from conveyor.worker.checkpoints import KEY as CHECKPOINT_KEY
 from conveyor.worker.destinations import state as limits_state
@@ -27,6 +27,7 @@ from infra.job_queue import (
     LEASE_ACTIONS,
     SCHEDULE_RUN_ACTIONS,
 )
+from infra.outbox_relay import DEDUPE_ENQUEUE_ACTIONS
 from infra.worker_package import HANDLER, POWERTOOLS_LAYER_NAME, stage_asset
 from tests.infra.conftest import TOPOLOGY_SPEC, Synthesized, as_list
 from tests.infra.test_worker_package import EXPECTED_IN_ASSET, not_for_lambda
@@ -277,8 +278,11 @@ def test_worker_role_grants_only_what_the_worker_uses(synthesized: Synthesized, 
         _arn(limits_id): set(limits_state.WORKER_ACTIONS),
         _arn(effects_id): TABLE_READ_WRITE,
         _arn(orders_id): TABLE_READ_WRITE,
-        # Enqueueing through the outbox, alone or in a transaction with the job's own writes.
+        # Enqueueing through the outbox, alone or in a transaction with the job's own writes, dedupe keys too.
         _arn(outbox_id): {"dynamodb:PutItem"},
+        _arn(synthesized.output_ref(outputs.DEDUPE_TABLE)): set(DEDUPE_ENQUEUE_ACTIONS),
+        # What the jobs did at their destinations (ctx.effect).
+        _arn(synthesized.output_ref(outputs.LEDGER_TABLE)): set(effects.WORKER_ACTIONS),
     }
 
 

@@ -8,6 +8,7 @@ packages only.
 from conveyor.contract.declarations import JobType, Queue, RetryPolicy, StreamImage, StreamRule, Table
 from conveyor.contract.destinations import Breaker, BudgetAction, Destination, RateLimit
 from conveyor.contract.discovery import discover_jobs
+from conveyor.contract.effects import EffectRecord, Verdict
 from conveyor.contract.envelope import Correlation, Envelope
 from conveyor.contract.errors import (
     CheckpointError,
@@ -46,6 +47,7 @@ __all__ = [
     "DeclarationError",
     "Destination",
     "Discard",
+    "EffectRecord",
     "EnqueueError",
     "Envelope",
     "InvalidJobError",
@@ -69,6 +71,7 @@ __all__ = [
     "Topology",
     "TransactionCanceledError",
     "TransactionConditionError",
+    "Verdict",
     "catch_up",
     "discover_jobs",
     "load_topology",

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from conveyor.contract.errors import DeclarationError
+from conveyor.contract.settings import AUDIT_TABLE_ENV
 
-AUDIT_TABLE_ENV = "CONVEYOR_AUDIT_TABLE"
 MAPPINGS_ENV = "CONVEYOR_SCALE_MAPPINGS"
 QUEUE_NAMES_ENV = "CONVEYOR_SCALE_QUEUE_NAMES"
 

@@ -11,6 +11,9 @@ from conveyor.contract.errors import DeclarationError
 
 SERVICE_NAME = "conveyor"
 METRICS_NAMESPACE = "Conveyor"
+# The operations audit table's name, on the functions that write audit rows themselves (the age
+# controller, the timed resume).
+AUDIT_TABLE_ENV = "CONVEYOR_AUDIT_TABLE"
 
 _ENV_NAMES = {
     "queue": "CONVEYOR_QUEUE",

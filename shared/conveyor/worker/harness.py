@@ -10,6 +10,7 @@ and run audit, in conveyor.worker.schedule_runs.
 
 import math
 import random
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -49,7 +50,6 @@ from conveyor.worker.destinations.guard import DestinationLimits, JobGuard
 from conveyor.worker.effects import EffectLedger, RunEffects
 from conveyor.worker.heartbeat import DEADLINE_MARGIN, Heartbeats, lease_for
 from conveyor.worker.idempotency import Completion, Discarded, IdempotentRunner, record_lifetime
-from conveyor.worker.lease import LeaseLostError
 from conveyor.worker.missed_runs import ScheduledRuns
 from conveyor.worker.outcomes import JobOutcome, Kind, Observer, ignore
 from conveyor.worker.timeouts import time_limit
@@ -87,6 +87,13 @@ def job_traceback(error: BaseException) -> str:
     first = next((index for index, frame in enumerate(frames) if not frame.filename.startswith(_RUNNER_DIRS)), 0)
     trace.stack = traceback.StackSummary.from_list(frames[first:])
     return "".join(trace.format()).rstrip()
+
+
+def _lease_lost(error: BaseException) -> bool:
+    """Whether ``error`` is a LeaseLostError, without loading leases into every worker's cold start: a job
+    that took a lease has imported conveyor.worker.lease already."""
+    lease = sys.modules.get("conveyor.worker.lease")
+    return lease is not None and isinstance(error, lease.LeaseLostError)
 
 
 class RetryScheduledError(Exception):
@@ -320,15 +327,20 @@ class Harness:
                     logger.info("job continues in its next chunk", extra={"next_job_id": continued.next_job_id})
                     if self._scheduled:  # its occurrence succeeds with its last chunk
                         self._scheduled.continued(envelope, continued.next_job_id)
-                except LeaseLostError as lost:  # a scheduled run's work passed to the lease's new holder: let it go
-                    if self._scheduled is None or not self._scheduled.lease_lost(envelope, delivery.attempt):
-                        raise
-                    return Discarded(truncate(self._describe(lost, envelope)))
                 except Discard as discard:  # final on purpose: the key completes, and records why
                     return Discarded(truncate(self._describe(discard, envelope)))
                 except Snooze:
                     snoozed = True  # not an attempt: the job runs again as the same attempt
                     raise
+                except Exception as error:
+                    # A scheduled run whose lease passed to a new holder: its work is theirs now, let it go.
+                    if not (
+                        _lease_lost(error)
+                        and self._scheduled
+                        and self._scheduled.lease_lost(envelope, delivery.attempt)
+                    ):
+                        raise
+                    return Discarded(truncate(self._describe(error, envelope)))
                 finally:
                     if delivery.attempt == 1 and not snoozed:  # retries count when scheduled (admit_retry)
                         self._limits.count_first(job_type, guard.used)

@@ -19,14 +19,12 @@ import boto3
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from conveyor.contract.settings import SERVICE_NAME
+from conveyor.contract.settings import AUDIT_TABLE_ENV, SERVICE_NAME
 from conveyor.worker.audit import AuditWriter
 
 ACTOR = "conveyor:timed-resume"
 REQUIRED = ("queue", "uuid", "resume_at")
 ACTION = "resume"
-# The audit table's name, set by the stack on the function.
-AUDIT_TABLE_ENV = "CONVEYOR_AUDIT_TABLE"
 
 logger = Logger(service=SERVICE_NAME)
 

@@ -14,7 +14,8 @@ from moto import mock_aws
 
 from conveyor.contract.declarations import Queue
 from conveyor.contract.errors import DeclarationError
-from conveyor.contract.scale_settings import AUDIT_TABLE_ENV, ScaleSettings
+from conveyor.contract.scale_settings import ScaleSettings
+from conveyor.contract.settings import AUDIT_TABLE_ENV
 from conveyor.contract.topology import Topology
 from conveyor.ops.audit import AUDIT_KEY, AuditLog
 from conveyor.worker.audit import AuditWriter
