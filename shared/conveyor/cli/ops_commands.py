@@ -18,13 +18,25 @@ import click
 from conveyor.cli.project import Project
 from conveyor.cli.support import Incomplete, NotFound, aws_errors, emit, user_input
 from conveyor.contract.durations import format_duration, parse_duration
-from conveyor.ops.dlq_entries import REASONS, DlqFilter
+from conveyor.contract.naming import OWN_QUEUES
+from conveyor.ops.dlq_entries import REASONS, DlqEntry, DlqFilter
 from conveyor.ops.dlq_scan import read_entries
 from conveyor.ops.event_sources import check_max_concurrency
+from conveyor.ops.own_dlqs import (
+    RELAY,
+    RELAY_REASONS,
+    RelayRedrive,
+    own_detail,
+    own_dlq_url,
+    own_filter,
+    relay_source,
+    schedules_source,
+)
 from conveyor.ops.rate import RateLimiter, parse_rate
-from conveyor.ops.redrive import DEFAULT_CANARY_TIMEOUT, Redrive, RedriveReport, discard
+from conveyor.ops.redrive import DEFAULT_CANARY_TIMEOUT, DlqSource, Redrive, RedriveReport, discard
 from conveyor.ops.schedule_pauses import SchedulePauses
 from conveyor.ops.status import queue_counts, queue_status
+from conveyor.ops.target import TargetNotFoundError
 
 DEFAULT_DRAIN_TIMEOUT = timedelta(minutes=5)
 DRAIN_POLL_S = 2.0
@@ -49,8 +61,10 @@ class Filters:
     limit: int | None
 
     def selection(self, project: Project, queue: str) -> DlqFilter:
+        """For ``queue``'s DLQ, or the relay's or the schedules' (``queue`` checked by ``_dlq_name`` first)."""
+        build = own_filter if queue in OWN_QUEUES else DlqFilter.build
         selection: DlqFilter = user_input(
-            lambda: DlqFilter.build(
+            lambda: build(
                 project.topology,
                 queue,
                 reasons=self.reasons,
@@ -80,7 +94,11 @@ def filter_options(command: Callable[..., None]) -> Callable[..., None]:
     for option in reversed(
         (
             click.option(
-                "--reason", "reasons", multiple=True, help=f"Only this reason (repeatable): {', '.join(REASONS)}."
+                "--reason",
+                "reasons",
+                multiple=True,
+                help=f"Only this reason (repeatable): {', '.join(REASONS)}; for the relay DLQ "
+                f"{', '.join(RELAY_REASONS)}; for the schedules DLQ, Scheduler's ERROR_CODE.",
             ),
             click.option("--type", "job_types", multiple=True, help="Only this job type (repeatable)."),
             click.option("--since", help="Failed at or after: ISO 8601, or a duration ago (2h)."),
@@ -137,7 +155,42 @@ def status(project: Project, queue: str | None, as_json: bool) -> None:
 
 @click.group()
 def dlq() -> None:
-    """Inspect, redrive or discard dead-lettered jobs."""
+    """Inspect, redrive or discard dead-lettered jobs: a queue's DLQ, or `relay` or `schedules` for the stack's own."""
+
+
+def _dlq_name(project: Project, name: str) -> str:
+    """A declared queue or one of the stack's own DLQs; otherwise one line listing them (exit 3)."""
+    valid = [queue.name for queue in project.topology.queues] + sorted(OWN_QUEUES)
+    if name not in valid:
+        raise NotFound(f"unknown DLQ {name!r}; one of: {', '.join(valid)}")
+    return name
+
+
+def _source(project: Project, name: str) -> DlqSource:
+    """Where the DLQ is and how its entries read: a queue's, the relay's or the schedules'."""
+    target = project.target
+    if name not in OWN_QUEUES:
+        return DlqSource.of_queue(target.queue(name))
+    try:
+        url = own_dlq_url(target, name)
+    except TargetNotFoundError as error:
+        raise NotFound(str(error)) from error
+    return relay_source(url) if name == RELAY else schedules_source(target, project.topology, url)
+
+
+def _entry_row(queue: str, entry: DlqEntry) -> tuple[str, ...]:
+    """A `dlq ls` row: a job's id and type; a relay record's message id and source; a scheduled job's and schedule."""
+    first = entry.message_id if queue == RELAY else entry.job_id
+    second = entry.source if queue in OWN_QUEUES else entry.job_type
+    return (
+        first or DASH,
+        second or DASH,
+        entry.reason,
+        entry.error_class or DASH,
+        str(entry.attempts or DASH),
+        _time(entry.failed_at),
+        (entry.error or DASH)[:60],
+    )
 
 
 @dlq.command("ls")
@@ -154,10 +207,10 @@ def dlq_ls(
     as_json: bool,
 ) -> None:
     """List DLQ entries without consuming them."""
-    selection = filters.selection(project, project.queue_name(queue))
-    target = project.target
+    selection = filters.selection(project, _dlq_name(project, queue))
+    source = _source(project, queue)
     with aws_errors("reading the DLQ"):
-        entries, truncated = read_entries(target.clients("sqs"), target.queue(queue).dlq_url)
+        entries, truncated = read_entries(project.target.clients("sqs"), source.url, parse=source.parse)
     matched = [entry for entry in entries if selection.matches(entry)][: filters.limit]
     if truncated:
         click.echo(
@@ -179,22 +232,12 @@ def dlq_ls(
             [(reason, error_class, str(count)) for (reason, error_class), count in ordered],
         )
         return
+    own = {RELAY: ("MESSAGE ID", "SOURCE"), "schedules": ("JOB ID", "SCHEDULE")}
     emit(
         as_json,
-        [entry.summary() for entry in matched],
-        ("JOB ID", "TYPE", "REASON", "ERROR CLASS", "ATTEMPTS", "FAILED AT", "ERROR"),
-        [
-            (
-                entry.job_id or DASH,
-                entry.job_type or DASH,
-                entry.reason,
-                entry.error_class or DASH,
-                str(entry.attempts or DASH),
-                _time(entry.failed_at),
-                (entry.error or DASH)[:60],
-            )
-            for entry in matched
-        ],
+        [entry.summary() | ({"source": entry.source} if queue in OWN_QUEUES else {}) for entry in matched],
+        (*own.get(queue, ("JOB ID", "TYPE")), "REASON", "ERROR CLASS", "ATTEMPTS", "FAILED AT", "ERROR"),
+        [_entry_row(queue, entry) for entry in matched],
     )
 
 
@@ -206,20 +249,25 @@ def dlq_ls(
 @click.pass_obj
 def dlq_show(project: Project, queue: str, job_id: str, raw: bool, as_json: bool) -> None:
     """One DLQ entry in full (by job id or message id), sensitive payload fields masked."""
-    target = project.target
+    source = _source(project, _dlq_name(project, queue))
     with aws_errors("reading the DLQ"):
-        entries, _ = read_entries(target.clients("sqs"), target.queue(project.queue_name(queue)).dlq_url)
+        entries, _ = read_entries(project.target.clients("sqs"), source.url, parse=source.parse)
     found = [entry for entry in entries if job_id in (entry.job_id, entry.message_id)]
     if not found:
         raise NotFound(f"no entry with job id {job_id!r} in the DLQ of {queue!r}")
-    details = [entry.detail(project.topology, raw=raw) for entry in found]
+    details = [
+        own_detail(project.topology, entry, raw=raw) if queue in OWN_QUEUES else entry.detail(project.topology, raw=raw)
+        for entry in found
+    ]
     if as_json:
         click.echo(json.dumps(details, indent=2))
         return
     for detail in details:
         for key, value in detail.items():
-            if key not in ("envelope", "body"):
+            if key not in ("envelope", "body", "attributes"):
                 click.echo(f"{key + ':':<17}{DASH if value is None else value}")
+        for name, value in detail.get("attributes", {}).items():
+            click.echo(f"  {name}: {value}")
         click.echo("envelope:" if detail["envelope"] else "body:")
         click.echo(json.dumps(detail["envelope"], indent=2) if detail["envelope"] else detail["body"])
 
@@ -231,6 +279,7 @@ def _redrive_rows(report: RedriveReport) -> list[tuple[str, str]]:
         ("redriven", "0 (dry run)" if report.dry_run else str(report.redriven)),
         ("send failures", str(len(report.send_failures))),
     ]
+    rows += [("refused", f"{message_id}: {why}") for message_id, why in report.refused.items()]
     if report.canary:
         rows.append(
             (
@@ -279,24 +328,47 @@ def dlq_redrive(
     canary_timeout: str,
     as_json: bool,
 ) -> None:
-    """Return matching DLQ entries to their queue; each DLQ copy is deleted only after its send succeeded."""
-    selection = filters.selection(project, project.queue_name(queue))
+    """Return matching DLQ entries to their queue; each DLQ copy is deleted only after its send succeeded.
+
+    From the schedules DLQ, each job goes to the queue its schedule targets; from the relay DLQ, each
+    poison record runs through the relay again (a record still poison is dead-lettered again).
+    """
+    selection = filters.selection(project, _dlq_name(project, queue))
+    if queue == RELAY and canary:
+        raise click.UsageError(
+            "--canary does not apply to the relay DLQ: each record is checked again by the relay as it is redriven"
+        )
     rate = RateLimiter(user_input(lambda: parse_rate(rate_text)) if rate_text else None)
     timeout = _duration(canary_timeout) or DEFAULT_CANARY_TIMEOUT
     target = project.target
-    redrive = Redrive(
-        sqs=target.clients("sqs"),
-        topology=project.topology,
-        queue=target.queue(queue),
-        runners=lambda job_type: target.idempotency(project.topology, job_type),
-        rate=rate,
-        canary_timeout=timeout,
-    )
+    source = _source(project, queue)
+    redrive: Redrive | RelayRedrive
+    if queue == RELAY:
+        redrive = RelayRedrive(
+            sqs=target.clients("sqs"),
+            dynamodb=target.clients("dynamodb"),
+            topology=project.topology,
+            target=target,
+            url=source.url,
+            rate=rate,
+        )
+    else:
+        redrive = Redrive(
+            sqs=target.clients("sqs"),
+            topology=project.topology,
+            queue=source,
+            runners=lambda job_type: target.idempotency(project.topology, job_type),
+            rate=rate,
+            canary_timeout=timeout,
+        )
     report = redrive.report(selection, dry_run=dry_run)
     finished = False
     try:
         with aws_errors("redriving"):
-            redrive.run(report, selection, limit=filters.limit, canary=canary)
+            if isinstance(redrive, RelayRedrive):
+                redrive.run(report, selection, limit=filters.limit)
+            else:
+                redrive.run(report, selection, limit=filters.limit, canary=canary)
         finished = True
     finally:
         if not dry_run:  # recorded even when interrupted, with what was done by then
@@ -313,6 +385,7 @@ def dlq_redrive(
                         "matched": report.matched,
                         "redriven": report.redriven,
                         "send_failures": len(report.send_failures),
+                        "refused": len(report.refused),
                         "stopped": report.stopped,
                         "interrupted": not finished,
                     },
@@ -325,6 +398,9 @@ def dlq_redrive(
         )
     if report.send_failures:
         raise click.ClickException(f"{len(report.send_failures)} entries could not be sent and stay in the DLQ")
+    if report.refused:
+        why = next(iter(report.refused.values()))
+        raise click.ClickException(f"{len(report.refused)} entries were not redriven and stay in the DLQ: {why}")
     if report.truncated:
         raise Incomplete("only part of the DLQ was read (see `truncated`); run the command again for the rest")
 
@@ -343,7 +419,7 @@ def dlq_discard(
     as_json: bool,
 ) -> None:
     """Delete matching DLQ entries for good (refuses without --yes)."""
-    selection = filters.selection(project, project.queue_name(queue))
+    selection = filters.selection(project, _dlq_name(project, queue))
     if not yes:
         raise click.UsageError(
             "discard deletes entries for good; pass --yes (try `conveyor dlq ls` with the same filters first)"
@@ -351,7 +427,7 @@ def dlq_discard(
     target = project.target
     with aws_errors("discarding"):
         scanned, deleted, truncated = discard(
-            target.clients("sqs"), target.queue(queue), selection, limit=filters.limit
+            target.clients("sqs"), _source(project, queue), selection, limit=filters.limit
         )
         target.audit().record(
             "dlq.discard",

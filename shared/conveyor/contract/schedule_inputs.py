@@ -34,6 +34,19 @@ _OCCURRENCE_ID = re.compile(
 # deploys this policy and the local scheduler follows it.
 RETRY_ATTEMPTS = 3
 MAX_EVENT_AGE = timedelta(hours=1)
+# What Scheduler sets on a dead-letter event: the body is the target input, these its message attributes
+# (https://docs.aws.amazon.com/scheduler/latest/UserGuide/configuring-schedule-dlq.html). The local
+# scheduler writes them and `conveyor dlq ... schedules` reads them. EXHAUSTED_RETRY_CONDITION is set
+# only when a retryable error outlasted the retry policy: MaximumRetryAttempts or MaximumEventAgeInSeconds.
+DLQ_ERROR_CODE = "ERROR_CODE"
+DLQ_ERROR_MESSAGE = "ERROR_MESSAGE"
+DLQ_EXECUTION_ID = "EXECUTION_ID"
+DLQ_EXHAUSTED_RETRY_CONDITION = "EXHAUSTED_RETRY_CONDITION"
+DLQ_IS_PAYLOAD_TRUNCATED = "IS_PAYLOAD_TRUNCATED"
+DLQ_RETRY_ATTEMPTS = "RETRY_ATTEMPTS"
+DLQ_SCHEDULED_TIME = "SCHEDULED_TIME"
+DLQ_SCHEDULE_ARN = "SCHEDULE_ARN"
+DLQ_TARGET_ARN = "TARGET_ARN"
 
 
 class DeliveryRetry(NamedTuple):

@@ -35,7 +35,21 @@ from botocore.exceptions import BotoCoreError, ClientError
 from conveyor.contract import naming
 from conveyor.contract.cron import occurrences
 from conveyor.contract.errors import DeclarationError
-from conveyor.contract.schedule_inputs import DeliveryRetry, delivery_retry, render_input, schedule_input
+from conveyor.contract.schedule_inputs import (
+    DLQ_ERROR_CODE,
+    DLQ_ERROR_MESSAGE,
+    DLQ_EXECUTION_ID,
+    DLQ_EXHAUSTED_RETRY_CONDITION,
+    DLQ_IS_PAYLOAD_TRUNCATED,
+    DLQ_RETRY_ATTEMPTS,
+    DLQ_SCHEDULE_ARN,
+    DLQ_SCHEDULED_TIME,
+    DLQ_TARGET_ARN,
+    DeliveryRetry,
+    delivery_retry,
+    render_input,
+    schedule_input,
+)
 from conveyor.contract.schedules import Schedule
 from conveyor.contract.topology import Topology
 from conveyor.local.provision import ProvisionedQueue
@@ -45,18 +59,6 @@ from conveyor.worker.schedule_runs import shards_of, utc_seconds
 log = logging.getLogger(__name__)
 
 TICK_S = 1.0
-# What Scheduler sets on a dead-letter event: the body is the target input, these its message attributes
-# (https://docs.aws.amazon.com/scheduler/latest/UserGuide/configuring-schedule-dlq.html).
-# EXHAUSTED_RETRY_CONDITION is set only when a retryable error outlasted the retry policy.
-DLQ_ERROR_CODE = "ERROR_CODE"
-DLQ_ERROR_MESSAGE = "ERROR_MESSAGE"
-DLQ_EXECUTION_ID = "EXECUTION_ID"
-DLQ_EXHAUSTED_RETRY_CONDITION = "EXHAUSTED_RETRY_CONDITION"
-DLQ_IS_PAYLOAD_TRUNCATED = "IS_PAYLOAD_TRUNCATED"
-DLQ_RETRY_ATTEMPTS = "RETRY_ATTEMPTS"
-DLQ_SCHEDULED_TIME = "SCHEDULED_TIME"
-DLQ_SCHEDULE_ARN = "SCHEDULE_ARN"
-DLQ_TARGET_ARN = "TARGET_ARN"
 MAXIMUM_RETRY_ATTEMPTS = "MaximumRetryAttempts"
 MAXIMUM_EVENT_AGE = "MaximumEventAgeInSeconds"
 # Occurrences in (cursor, now] are due: starting the cursor this much before the start includes the start itself.

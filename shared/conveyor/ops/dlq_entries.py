@@ -6,7 +6,7 @@ out every time) carries none of the harness's attributes; its reason is ``receiv
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,7 +39,7 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
         ) from error
 
 
-def _attribute(message: Mapping[str, Any], name: str) -> str | None:
+def attribute(message: Mapping[str, Any], name: str) -> str | None:
     value = message.get("MessageAttributes", {}).get(name)
     return value.get("StringValue") if value else None
 
@@ -61,6 +61,10 @@ class DlqEntry:
     envelope: Envelope | None
     # Set when the entry failed again after `conveyor dlq redrive` returned it to its queue.
     redrive_id: str | None = None
+    # In the relay DLQ, the relay's source; in the schedules DLQ, the schedule (conveyor.ops.own_dlqs).
+    source: str | None = None
+    # The message attributes as sent, shown by `conveyor dlq show` for the relay and schedules DLQs.
+    attributes: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, message: Mapping[str, Any]) -> "DlqEntry":
@@ -69,25 +73,25 @@ class DlqEntry:
             envelope: Envelope | None = parse_envelope(message["Body"])
         except ContractError:
             envelope = None
-        failed = _attribute(message, attrs.LAST_FAILED_AT)
-        first = _attribute(message, attrs.FIRST_FAILED_AT)
-        attempts = _attribute(message, attrs.ATTEMPTS)
+        failed = attribute(message, attrs.LAST_FAILED_AT)
+        first = attribute(message, attrs.FIRST_FAILED_AT)
+        attempts = attribute(message, attrs.ATTEMPTS)
         sent = datetime.fromtimestamp(int(system.get("SentTimestamp", 0)) / MILLISECONDS, tz=UTC)
         return cls(
             message_id=message["MessageId"],
             receipt_handle=message["ReceiptHandle"],
             body=message["Body"],
-            reason=_attribute(message, attrs.REASON) or RECEIVE_LIMIT,
-            job_id=_attribute(message, attrs.JOB_ID) or (envelope.id if envelope else None),
-            job_type=_attribute(message, attrs.JOB_TYPE) or (envelope.type if envelope else None),
-            error_class=_attribute(message, attrs.ERROR_CLASS),
-            error=_attribute(message, attrs.ERROR),
+            reason=attribute(message, attrs.REASON) or RECEIVE_LIMIT,
+            job_id=attribute(message, attrs.JOB_ID) or (envelope.id if envelope else None),
+            job_type=attribute(message, attrs.JOB_TYPE) or (envelope.type if envelope else None),
+            error_class=attribute(message, attrs.ERROR_CLASS),
+            error=attribute(message, attrs.ERROR),
             attempts=int(attempts) if attempts else None,
             first_failed_at=parse_time(first) if first else None,
             failed_at=parse_time(failed) if failed else sent,
             group_id=system.get("MessageGroupId"),
             envelope=envelope,
-            redrive_id=_attribute(message, attrs.REDRIVE_ID),
+            redrive_id=attribute(message, attrs.REDRIVE_ID),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -179,6 +183,18 @@ class DlqFilter:
         for name in job_types:
             if name not in on_queue:
                 raise LookupError(f"job type {name!r} does not run on queue {queue!r} ({', '.join(sorted(on_queue))})")
+        return cls.checked(reasons=reasons, job_types=job_types, since=since, until=until)
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        reasons: tuple[str, ...] = (),
+        job_types: tuple[str, ...] = (),
+        since: str | None = None,
+        until: str | None = None,
+    ) -> "DlqFilter":
+        """With the time window parsed and checked; the reasons and job types as given."""
         built = cls(
             reasons=frozenset(reasons),
             job_types=frozenset(job_types),

@@ -13,7 +13,7 @@ someone else, and deleting it with an old receipt handle may silently fail.
 """
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -42,9 +42,18 @@ class HoldLostError(ConveyorError):
 class DlqScan:
     """Entries held by this process; ``close()`` (or leaving the ``with``) returns what is left."""
 
-    def __init__(self, sqs: Any, url: str, *, wait_s: int = RECEIVE_WAIT_S) -> None:
+    def __init__(
+        self,
+        sqs: Any,
+        url: str,
+        *,
+        wait_s: int = RECEIVE_WAIT_S,
+        parse: Callable[[Mapping[str, Any]], DlqEntry] = DlqEntry.of,
+    ) -> None:
         self._sqs = sqs
         self._url = url
+        # How a message reads as an entry: a job DLQ's, or the relay's or the schedules' (conveyor.ops.own_dlqs).
+        self._parse = parse
         self._wait_s = wait_s
         self._fifo = url.endswith(limits.SQS_FIFO_SUFFIX)
         self.held: dict[str, DlqEntry] = {}
@@ -70,7 +79,7 @@ class DlqScan:
                 MessageAttributeNames=["All"],
                 MessageSystemAttributeNames=["All"],
             ).get("Messages", [])
-            entries = [DlqEntry.of(message) for message in messages]
+            entries = [self._parse(message) for message in messages]
             # Only entries not seen before count as progress; a re-received one brings a fresh handle.
             empty = 0 if any(entry.message_id not in self.held for entry in entries) else empty + 1
             for entry in entries:
@@ -120,11 +129,13 @@ class DlqScan:
         return failed
 
 
-def read_entries(sqs: Any, url: str, *, wait_s: int = RECEIVE_WAIT_S) -> tuple[list[DlqEntry], bool]:
+def read_entries(
+    sqs: Any, url: str, *, wait_s: int = RECEIVE_WAIT_S, parse: Callable[[Mapping[str, Any]], DlqEntry] = DlqEntry.of
+) -> tuple[list[DlqEntry], bool]:
     """Every entry, read and handed straight back (for listing), and whether MAX_SCAN cut the read short.
 
     ``wait_s=0`` reads with short polls: exact only where a receive sees every message, as in-process
     moto's does (conveyor.testing), never on SQS.
     """
-    with DlqScan(sqs, url, wait_s=wait_s) as scan:
+    with DlqScan(sqs, url, wait_s=wait_s, parse=parse) as scan:
         return scan.read_all(), scan.truncated

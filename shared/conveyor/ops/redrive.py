@@ -11,15 +11,16 @@ record) or failed again (it is back in the DLQ); anything but all completed stop
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from conveyor.contract import message_attributes as attrs
-from conveyor.contract.errors import ContractError
+from conveyor.contract.errors import ContractError, ConveyorError
 from conveyor.contract.topology import Topology
 from conveyor.ops.dlq_entries import DlqEntry, DlqFilter
 from conveyor.ops.dlq_scan import KEEP_EVERY_S, DlqScan, read_entries
@@ -32,6 +33,28 @@ CANARY_POLL = timedelta(seconds=2)
 DEFAULT_CANARY_TIMEOUT = timedelta(minutes=5)
 
 Runners = Callable[[str], IdempotentRunner]
+
+
+class UnroutableError(ConveyorError):
+    """An entry whose destination queue cannot be told: it stays in the DLQ, and the message says why."""
+
+
+@dataclass(frozen=True)
+class DlqSource:
+    """A DLQ to redrive from: its name, its URL, how its messages read as entries, and where each one goes.
+
+    A queue's DLQ sends everything back to its queue; the schedules DLQ sends each entry to the queue
+    its schedule targets (conveyor.ops.own_dlqs), and ``route`` raises UnroutableError when it cannot say.
+    """
+
+    name: str
+    url: str
+    route: Callable[[DlqEntry], QueueTarget]
+    parse: Callable[[Mapping[str, Any]], DlqEntry] = DlqEntry.of
+
+    @classmethod
+    def of_queue(cls, queue: QueueTarget) -> "DlqSource":
+        return cls(name=queue.name, url=queue.dlq_url, route=lambda _: queue)
 
 
 @dataclass
@@ -55,6 +78,8 @@ class _Canary:
     name: str
     body: str
     record: tuple[IdempotentRunner, str] | None
+    # Where it lands if it fails again: its destination queue's DLQ.
+    dlq_url: str
 
 
 @dataclass
@@ -68,6 +93,8 @@ class RedriveReport:
     redriven: int = 0
     # DLQ message id -> why its send failed; those entries stay in the DLQ.
     send_failures: dict[str, str] = field(default_factory=dict)
+    # DLQ message id -> why it was not redriven (no destination, or still poison); those stay in the DLQ too.
+    refused: dict[str, str] = field(default_factory=dict)
     truncated: bool = False
     samples: list[dict[str, Any]] = field(default_factory=list)
     canary: CanaryResult | None = None
@@ -78,22 +105,26 @@ class RedriveReport:
 class Redrive:
     sqs: Any
     topology: Topology
-    queue: QueueTarget
+    queue: QueueTarget | DlqSource
     runners: Runners
     rate: RateLimiter
     canary_timeout: timedelta = DEFAULT_CANARY_TIMEOUT
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     sleep: Callable[[float], None] = time.sleep
 
+    @cached_property
+    def source(self) -> DlqSource:
+        return self.queue if isinstance(self.queue, DlqSource) else DlqSource.of_queue(self.queue)
+
     def report(self, selection: DlqFilter, *, dry_run: bool) -> RedriveReport:
         """A fresh report; ``run`` fills it in as it goes, so an interrupted run still says what it did."""
         return RedriveReport(
-            queue=self.queue.name, redrive_id=uuid.uuid4().hex, filters=selection.describe(), dry_run=dry_run
+            queue=self.source.name, redrive_id=uuid.uuid4().hex, filters=selection.describe(), dry_run=dry_run
         )
 
     def run(self, report: RedriveReport, selection: DlqFilter, *, limit: int | None, canary: int) -> RedriveReport:
         dry_run = report.dry_run
-        with DlqScan(self.sqs, self.queue.dlq_url) as scan:
+        with DlqScan(self.sqs, self.source.url, parse=self.source.parse) as scan:
             entries = scan.read_all()
             matched = [entry for entry in entries if selection.matches(entry)][:limit]
             chosen = {entry.message_id for entry in matched}
@@ -122,6 +153,9 @@ class Redrive:
             scan.keep()
             try:
                 self._send(entry, report.redrive_id)
+            except UnroutableError as error:
+                report.refused[entry.message_id] = str(error)
+                continue
             except (BotoCoreError, ClientError) as error:  # the entry stays in the DLQ; the report says so
                 report.send_failures[entry.message_id] = str(error)
                 continue
@@ -129,15 +163,16 @@ class Redrive:
             report.redriven += 1
 
     def _send(self, entry: DlqEntry, redrive_id: str) -> None:
+        queue = self.source.route(entry)
         request: dict[str, Any] = {
-            "QueueUrl": self.queue.url,
+            "QueueUrl": queue.url,
             "MessageBody": entry.body,
             "MessageAttributes": {
                 attrs.REDRIVEN_AT: attrs.timestamp(self.clock()),
                 attrs.REDRIVE_ID: attrs.string(redrive_id),
             },
         }
-        if self.queue.fifo:
+        if queue.fifo:
             request["MessageGroupId"] = entry.group_id or entry.job_id or entry.message_id
             # The DLQ copy's id: a repeat send within SQS's 5-minute window is dropped.
             request["MessageDeduplicationId"] = entry.message_id
@@ -152,7 +187,8 @@ class Redrive:
             result.completed = [
                 canary.name for canary in canaries if canary.record and canary.record[0].completed(canary.record[1])
             ]
-            back, _ = read_entries(self.sqs, self.queue.dlq_url)
+            dlqs = dict.fromkeys(canary.dlq_url for canary in canaries)
+            back = [entry for url in dlqs for entry in read_entries(self.sqs, url)[0]]
             # A copy dead-lettered again carries this redrive's id: no clocks are compared.
             returned = {entry.body for entry in back if entry.redrive_id == redrive_id}
             result.failed_again = [
@@ -167,7 +203,12 @@ class Redrive:
 
     def _canary(self, entry: DlqEntry) -> _Canary:
         """The body is sent unchanged, so a copy back in the DLQ has the same body, whatever its shape."""
-        return _Canary(name=entry.job_id or f"message:{entry.message_id}", body=entry.body, record=self._record(entry))
+        return _Canary(
+            name=entry.job_id or f"message:{entry.message_id}",
+            body=entry.body,
+            record=self._record(entry),
+            dlq_url=self.source.route(entry).dlq_url,
+        )
 
     def _record(self, entry: DlqEntry) -> tuple[IdempotentRunner, str] | None:
         """The idempotency record that will say the job completed; None if the body is not a valid job."""
@@ -184,9 +225,12 @@ class Redrive:
         return self.runners(job_type.name), key
 
 
-def discard(sqs: Any, queue: QueueTarget, selection: DlqFilter, *, limit: int | None) -> tuple[int, int, bool]:
+def discard(
+    sqs: Any, queue: QueueTarget | DlqSource, selection: DlqFilter, *, limit: int | None
+) -> tuple[int, int, bool]:
     """Delete matching entries: (scanned, deleted, truncated)."""
-    with DlqScan(sqs, queue.dlq_url) as scan:
+    source = queue if isinstance(queue, DlqSource) else DlqSource.of_queue(queue)
+    with DlqScan(sqs, source.url, parse=source.parse) as scan:
         entries = scan.read_all()
         matched = [entry for entry in entries if selection.matches(entry)][:limit]
         for entry in matched:

@@ -69,6 +69,11 @@ class Target:
     clients: Clients
     # The run audit (conveyor.worker.schedule_runs), where a queue's pause is marked for its schedules; None without.
     schedule_runs_table: str | None = None
+    # The stack's own DLQs (`conveyor dlq ... relay|schedules`); a schedules DLQ only where schedules are declared.
+    relay_dlq_url: str | None = None
+    schedules_dlq_url: str | None = None
+    # Where a relayed job claims its dedupe key (conveyor.sdk.dedupe): `conveyor dlq redrive relay` claims as the relay.
+    dedupe_table: str | None = None
 
     def queue(self, name: str) -> QueueTarget:
         return self.queues[name]
@@ -129,7 +134,17 @@ def local_target(topology: Topology, clients: Clients) -> Target:
         ),
         clients=clients,
         schedule_runs_table=naming.table_name(naming.SCHEDULE_RUNS_TABLE) if topology.schedules else None,
+        relay_dlq_url=_local_queue_url(clients, naming.RELAY_DLQ),
+        schedules_dlq_url=_local_queue_url(clients, naming.SCHEDULES_DLQ) if topology.schedules else None,
+        dedupe_table=naming.table_name(naming.DEDUPE_TABLE),
     )
+
+
+def _local_queue_url(clients: Clients, name: str) -> str | None:
+    try:
+        return str(clients("sqs").get_queue_url(QueueName=naming.queue_name(name))["QueueUrl"])
+    except clients("sqs").exceptions.QueueDoesNotExist:
+        return None
 
 
 def stack_target(topology: Topology, clients: Clients, stack_name: str) -> Target:
@@ -179,6 +194,9 @@ def stack_target(topology: Topology, clients: Clients, stack_name: str) -> Targe
         ),
         clients=clients,
         schedule_runs_table=found.get(outputs.SCHEDULE_RUNS_TABLE),
+        relay_dlq_url=found.get(outputs.RELAY_DLQ_URL),
+        schedules_dlq_url=found.get(outputs.SCHEDULES_DLQ_URL),
+        dedupe_table=found.get(outputs.DEDUPE_TABLE),
     )
 
 

@@ -90,6 +90,16 @@ class _Record:
         return cls(sequence_number, record.event_id, stream.new_image, record.raw_event)
 
 
+@dataclass(frozen=True)
+class RelayOutcome:
+    """One invocation's partial batch response, the records it dead-lettered (sequence number -> reason: error),
+    and how many jobs it did not send because an earlier job holds their dedupe key."""
+
+    response: PartialItemFailureResponse
+    poisoned: Mapping[str, str]
+    deduplicated: int
+
+
 class Relay:
     """Relays one stream's INSERT records; ``handle`` takes a Lambda event and returns the partial response."""
 
@@ -109,11 +119,16 @@ class Relay:
             )
 
     def handle(self, event: Mapping[str, Any]) -> PartialItemFailureResponse:
+        return self.relay(event).response
+
+    def relay(self, event: Mapping[str, Any]) -> "RelayOutcome":
+        """``handle``, saying also which records went to the relay DLQ and why (`conveyor dlq redrive relay`)."""
         order: list[str] = []
         outgoing: list[PreparedJob] = []
         owners: dict[str, str] = {}  # SendMessageBatch entry Id -> the sequence number of its record
         failed: set[str] = set()
-        poisoned = deduplicated = 0
+        poisoned: dict[str, str] = {}
+        deduplicated = 0
         for stream_record in DynamoDBStreamEvent(dict(event)).records:
             # The mapping's filter passes only inserts; an update or a delete never enqueues a job.
             if stream_record.event_name is not DynamoDBRecordEventName.INSERT:
@@ -124,7 +139,7 @@ class Relay:
                 jobs = self._jobs_for(record, first_index=len(outgoing))
             except ContractError as error:
                 if self._dead_letter(record, error):
-                    poisoned += 1
+                    poisoned[record.sequence_number] = f"{error.reason.value}: {error}"
                 else:
                     failed.add(record.sequence_number)
                 continue
@@ -150,12 +165,15 @@ class Relay:
                 "records": len(order),
                 "relayed": relayed,
                 "deduplicated": deduplicated,
-                "poisoned": poisoned,
+                "poisoned": len(poisoned),
                 "failed": len(failed),
             },
         )
-        self._publish_metrics(relayed=relayed, deduplicated=deduplicated, poisoned=poisoned, failed=len(failed))
-        return {"batchItemFailures": [{"itemIdentifier": number} for number in order if number in failed]}
+        self._publish_metrics(relayed=relayed, deduplicated=deduplicated, poisoned=len(poisoned), failed=len(failed))
+        response: PartialItemFailureResponse = {
+            "batchItemFailures": [{"itemIdentifier": number} for number in order if number in failed]
+        }
+        return RelayOutcome(response, poisoned, deduplicated)
 
     def _claimed(self, job: PreparedJob) -> bool:
         """Whether the job goes out: it has no dedupe key, or it holds the key (taken as sent: a failed send
