@@ -17,9 +17,14 @@ lock too, and a long-polling receive waits for messages with the lock released (
 it, notified whenever a message is added, and timed to when the next hidden one reappears), so
 waiting never blocks the other requests.
 
-One gap beside concurrency is closed here too, because every embedded AWS installs this module: moto's
+Two gaps beside concurrency are closed here too, because every embedded AWS installs this module: moto's
 SendMessageBatch drops each entry's ``MessageSystemAttributes``, so a batched job (the SDK's, the outbox
 relay's) would lose the producer's ``AWSTraceHeader`` that AWS keeps; it is put back on the stored messages.
+And moto's GetMetricStatistics sums every series whose dimensions *include* the requested ones, where
+AWS reads the one series with exactly those dimensions ("you must specify the same dimensions that
+were used when the metrics were created",
+https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_GetMetricStatistics.html): a
+per-shard series written beside a per-schedule one would be counted twice. Here it reads that series only.
 
 Process-wide, so it holds for the embedded server's threads and for in-process ``mock_aws``.
 """
@@ -155,6 +160,34 @@ def _keeping_trace_headers(send_message_batch: Callable[..., Any]) -> Callable[.
     return send
 
 
+class _ExactSeries:
+    """A CloudWatch backend as GetMetricStatistics sees it: only the datapoints with exactly ``dimensions``."""
+
+    def __init__(self, backend: Any, dimensions: list[tuple[str, str]]) -> None:
+        self._backend = backend
+        self._dimensions = dimensions
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def get_all_metrics(self) -> list[Any]:
+        return [
+            datum
+            for datum in self._backend.get_all_metrics()
+            if sorted((dimension.name, dimension.value) for dimension in datum.dimensions) == self._dimensions
+        ]
+
+
+def _exact_dimensions(get_metric_statistics: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(get_metric_statistics)
+    def statistics(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        dimensions = kwargs.get("dimensions", args[6] if len(args) > 6 else None) or []
+        wanted = sorted((dimension["Name"], dimension["Value"]) for dimension in dimensions)
+        return get_metric_statistics(_ExactSeries(backend, wanted), *args, **kwargs)
+
+    return statistics
+
+
 def install() -> None:
     """Serialise moto's DynamoDB and SQS operations (long polls wait outside the lock); idempotent.
 
@@ -164,6 +197,7 @@ def install() -> None:
     with _lock:
         if _installed:
             return
+        from moto.cloudwatch.models import CloudWatchBackend
         from moto.core.utils import camelcase_to_underscores
         from moto.dynamodb.responses import DynamoHandler
         from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
@@ -173,6 +207,7 @@ def install() -> None:
         Queue.wait_for_messages = _wait_for_messages  # type: ignore[method-assign,assignment]
         Queue.add_message = _notifying(Queue.add_message)  # type: ignore[method-assign,assignment]
         SQSBackend.send_message_batch = _keeping_trace_headers(SQSBackend.send_message_batch)  # type: ignore[method-assign]
+        CloudWatchBackend.get_metric_statistics = _exact_dimensions(CloudWatchBackend.get_metric_statistics)  # type: ignore[method-assign]
 
         session = get_session()
         services = (

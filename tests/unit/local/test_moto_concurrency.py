@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
 
@@ -98,3 +99,38 @@ def test_a_long_poll_whose_client_was_killed_takes_no_message() -> None:
         assert received["Messages"][0]["Attributes"]["ApproximateReceiveCount"] == "1"
     finally:
         server.stop()
+
+
+def test_metric_statistics_read_the_series_with_exactly_the_dimensions_asked(empty_aws: None) -> None:
+    """As on AWS: a per-shard series written beside its schedule's is not summed into the schedule's."""
+    cloudwatch = boto3.client("cloudwatch", region_name=REGION)
+    now = datetime.now(UTC)
+    schedule = {"Name": "schedule", "Value": "sweep"}
+    cloudwatch.put_metric_data(
+        Namespace="Conveyor",
+        MetricData=[
+            {"MetricName": "ScheduleSucceeded", "Dimensions": [schedule], "Value": 1, "Timestamp": now},
+            {
+                "MetricName": "ScheduleSucceeded",
+                "Dimensions": [schedule, {"Name": "shard", "Value": "0"}],
+                "Value": 1,
+                "Timestamp": now,
+            },
+        ],
+    )
+
+    def total(dimensions: list[dict[str, str]]) -> float:
+        points = cloudwatch.get_metric_statistics(
+            Namespace="Conveyor",
+            MetricName="ScheduleSucceeded",
+            Dimensions=dimensions,
+            StartTime=now - timedelta(minutes=5),
+            EndTime=now + timedelta(minutes=5),
+            Period=600,
+            Statistics=["Sum"],
+        )["Datapoints"]
+        return float(sum(point["Sum"] for point in points))
+
+    assert total([schedule]) == 1
+    assert total([{"Name": "shard", "Value": "0"}, schedule]) == 1
+    assert total([{"Name": "schedule", "Value": "other"}]) == 0
