@@ -1,6 +1,6 @@
 """What the `conveyor` ops CLI works with in AWS: its audit table, timed-pause resumes, and its policy."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Acknowledgment, ArnFormat, Aws, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_dynamodb as dynamodb
@@ -13,6 +13,7 @@ from conveyor.ops.audit import AUDIT_KEY, AUDIT_TTL
 from conveyor.ops.event_sources import ResumeSchedules
 from conveyor.worker import effects
 from infra.job_queue import JobQueue
+from infra.outbox_relay import DEDUPE_RELAY_ACTIONS
 from infra.timed_resume import TimedResumeFunction
 from infra.worker_package import WorkerPackage
 
@@ -66,6 +67,8 @@ class Operations(Construct):
         idempotency_table: dynamodb.ITable,
         limits_table: dynamodb.ITable,
         ledger_table: dynamodb.ITable,
+        own_dlq_arns: Sequence[str],
+        dedupe_table: dynamodb.ITable,
         package: WorkerPackage,
         log_retention: logs.RetentionDays,
     ) -> None:
@@ -127,9 +130,11 @@ class Operations(Construct):
         self.operator_policy = self._operator_policy(
             prefix=prefix,
             log_group_arns=[job_queue.log_group.log_group_arn for job_queue in job_queues.values()],
+            # The relay's and the schedules' DLQs too: `conveyor dlq ... relay|schedules` (conveyor.ops.own_dlqs).
             queue_arns=[
                 arn for job_queue in job_queues.values() for arn in (job_queue.queue.queue_arn, job_queue.dlq.queue_arn)
-            ],
+            ]
+            + list(own_dlq_arns),
             mapping_arns=mapping_arns,
             schedule_arns=[
                 Stack.of(self).format_arn(
@@ -143,6 +148,7 @@ class Operations(Construct):
             idempotency_table=idempotency_table,
             limits_table=limits_table,
             ledger_table=ledger_table,
+            dedupe_table=dedupe_table,
         )
 
     def _operator_policy(
@@ -156,6 +162,7 @@ class Operations(Construct):
         idempotency_table: dynamodb.ITable,
         limits_table: dynamodb.ITable,
         ledger_table: dynamodb.ITable,
+        dedupe_table: dynamodb.ITable,
     ) -> iam.ManagedPolicy:
         """A named policy, so an IAM Identity Center permission set can attach it by name."""
         policy = iam.ManagedPolicy(
@@ -183,6 +190,8 @@ class Operations(Construct):
                     actions=list(LEDGER_INDEX_ACTIONS),
                     resources=[f"{ledger_table.table_arn}/index/{effects.PENDING_INDEX}"],
                 ),
+                # A relay DLQ redrive relays its record again, claiming its jobs' dedupe keys as the relay does.
+                iam.PolicyStatement(actions=list(DEDUPE_RELAY_ACTIONS), resources=[dedupe_table.table_arn]),
                 iam.PolicyStatement(actions=list(LOG_ACTIONS), resources=log_group_arns),
                 iam.PolicyStatement(actions=list(METRIC_ACTIONS), resources=["*"]),
             ],

@@ -156,6 +156,9 @@ class ConveyorStack(Stack):
             idempotency_table=idempotency.table,
             limits_table=worker_tables.limits,
             ledger_table=worker_tables.ledger,
+            own_dlq_arns=[relay_dlq.queue.queue_arn]
+            + ([self.schedules.dlq.queue_arn] if self.schedules is not None else []),
+            dedupe_table=dedupe.table,
             package=package,
             log_retention=log_retention,
         )

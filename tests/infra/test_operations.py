@@ -13,6 +13,7 @@ from conveyor.worker import effects
 from functions.topology import TOPOLOGY
 from infra.app import PREFIX_CONTEXT, project_context
 from infra.operations import LEDGER_ACTIONS, LEDGER_INDEX_ACTIONS
+from infra.outbox_relay import DEDUPE_RELAY_ACTIONS
 from tests.infra.conftest import Synthesized, as_list, render
 
 QUEUE_NAMES = [queue.name for queue in TOPOLOGY.queues]
@@ -191,6 +192,11 @@ def test_operator_policy_grants_exactly_what_jobs_needs(synthesized: Synthesized
         # CloudWatch reads have no resource-level permissions; the only wildcard.
         "*": {"cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics"},
     }
+    # `conveyor dlq ... relay|schedules` reads, redrives and discards the relay's and the schedules' DLQs,
+    # and a relay redrive claims its jobs' dedupe keys as the relay does.
+    expected[f"${{{synthesized.output_ref(outputs.RELAY_DLQ_URL)}.Arn}}"] = queue_actions
+    expected[f"${{{synthesized.output_ref(outputs.SCHEDULES_DLQ_URL)}.Arn}}"] = queue_actions
+    expected[f"${{{synthesized.output_ref(outputs.DEDUPE_TABLE)}.Arn}}"] = set(DEDUPE_RELAY_ACTIONS)
     for name in QUEUE_NAMES:
         ids = synthesized.of_queue(name)
         expected[f"${{{ids.queue}.Arn}}"] = queue_actions
