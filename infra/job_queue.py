@@ -20,7 +20,7 @@ from conveyor.contract.declarations import Queue
 from conveyor.contract.settings import WorkerSettings
 from conveyor.worker import effects
 from conveyor.worker.destinations import state as limits_state
-from infra.worker_package import ARCHITECTURE, HANDLER, RUNTIME, WorkerPackage
+from infra.worker_package import HANDLER, WorkerPackage
 
 # Longer than any source queue's retention (declarations keep those under 14 days),
 # because a standard queue's message keeps its original enqueue time in the DLQ.
@@ -131,23 +131,18 @@ class JobQueue(Construct):
         # function can write to its own log group and nowhere else.
         role = iam.Role(self, "WorkerRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         log_group.grant_write(role)
-        function = lambda_.Function(
+        function = package.function(
             self,
             "Worker",
-            description=f"Conveyor worker for queue {declaration.name}",
-            runtime=RUNTIME,
-            architecture=ARCHITECTURE,
             handler=HANDLER,
-            code=package.code,
-            layers=[package.powertools_layer],
+            description=f"Conveyor worker for queue {declaration.name}",
             timeout=_duration(declaration.function_timeout),
             memory_size=declaration.memory_mb,
             reserved_concurrent_executions=declaration.reserved_concurrency,
             role=role,
             log_group=log_group,
             tracing=lambda_.Tracing.ACTIVE,
-            environment=package.environment
-            | WorkerSettings(
+            environment=WorkerSettings(
                 queue=declaration.name,
                 queue_url=self.queue.queue_url,
                 dlq_url=self.dlq.queue_url,

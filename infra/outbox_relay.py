@@ -27,7 +27,7 @@ from conveyor.contract.settings import METRICS_NAMESPACE, SERVICE_NAME
 from conveyor.sdk import outbox
 from conveyor.worker import relay as relay_metrics
 from infra.job_queue import DLQ_DEPTH_THRESHOLD, DLQ_RETENTION, METRIC_PERIOD
-from infra.worker_package import ARCHITECTURE, RUNTIME, WorkerPackage
+from infra.worker_package import WorkerPackage
 
 # functions/relay.py in the shared asset, imported as the worker is (functions.worker.handler).
 HANDLER = "functions.relay.handler"
@@ -165,22 +165,17 @@ class OutboxRelay(Construct):
             queue_urls={name: queue.queue_url for name, queue in queues.items()},
             dedupe_table=self.dedupe_table.table_name,
         )
-        function = lambda_.Function(
+        function = package.function(
             self,
             "Relay",
-            description=f"Conveyor stream relay for {self.source}",
-            runtime=RUNTIME,
-            architecture=ARCHITECTURE,
             handler=HANDLER,
-            code=package.code,
-            layers=[package.powertools_layer],
+            description=f"Conveyor stream relay for {self.source}",
             timeout=Duration.seconds(int(relay_mapping.FUNCTION_TIMEOUT.total_seconds())),
             memory_size=MEMORY_MB,
             role=role,
             log_group=log_group,
             tracing=lambda_.Tracing.ACTIVE,
             environment={
-                **package.environment,
                 **settings.to_environment(),
                 "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,

@@ -15,7 +15,6 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -25,7 +24,7 @@ from conveyor.contract.settings import SERVICE_NAME
 from conveyor.worker.audit import WRITE_ACTIONS
 from conveyor.worker.scale_on_age import PERIOD
 from infra.job_queue import METRIC_PERIOD, JobQueue
-from infra.worker_package import ARCHITECTURE, RUNTIME, WorkerPackage
+from infra.worker_package import WorkerPackage
 
 HANDLER = "functions.scale_on_age.handler"
 # One GetMetricData, and a read (and at most one update and one audit row) per queue.
@@ -76,22 +75,18 @@ class ScaleOnAge(Construct):
             mappings={name: job_queue.event_source.event_source_mapping_id for name, job_queue in job_queues.items()},
             queue_names={name: job_queue.queue.queue_name for name, job_queue in job_queues.items()},
         )
-        self.function = lambda_.Function(
+        self.function = package.function(
             self,
             "Function",
-            description="Conveyor: raises and lowers the MaximumConcurrency of queues that scale on age",
-            runtime=RUNTIME,
-            architecture=ARCHITECTURE,
             handler=HANDLER,
-            code=package.code,
-            layers=[package.powertools_layer],
+            description="Conveyor: raises and lowers the MaximumConcurrency of queues that scale on age",
             timeout=TIMEOUT,
             memory_size=MEMORY_MB,
             role=role,
             log_group=log_group,
             # A failed run is not retried: the next minute's run reads fresh ages, a retry would read stale ones.
             retry_attempts=0,
-            environment={**package.environment, **settings.to_environment(), "POWERTOOLS_SERVICE_NAME": SERVICE_NAME},
+            environment={**settings.to_environment(), "POWERTOOLS_SERVICE_NAME": SERVICE_NAME},
         )
         self.rule = events.Rule(
             self,

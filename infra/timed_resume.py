@@ -9,13 +9,12 @@ from collections.abc import Sequence
 from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from conveyor.contract.settings import AUDIT_TABLE_ENV, SERVICE_NAME
 from conveyor.worker.audit import WRITE_ACTIONS
-from infra.worker_package import ARCHITECTURE, RUNTIME, WorkerPackage
+from infra.worker_package import WorkerPackage
 
 HANDLER = "functions.timed_resume.handler"
 # One UpdateEventSourceMapping and one PutItem.
@@ -42,21 +41,16 @@ class TimedResumeFunction(Construct):
             iam.PolicyStatement(actions=["lambda:UpdateEventSourceMapping"], resources=list(mapping_arns))
         )
         audit_table.grant(role, *WRITE_ACTIONS)
-        self.function = lambda_.Function(
+        self.function = package.function(
             self,
             "Function",
-            description="Conveyor: ends a timed pause of a queue (enables its mapping) and audits the resume",
-            runtime=RUNTIME,
-            architecture=ARCHITECTURE,
             handler=HANDLER,
-            code=package.code,
-            layers=[package.powertools_layer],
+            description="Conveyor: ends a timed pause of a queue (enables its mapping) and audits the resume",
             timeout=TIMEOUT,
             memory_size=MEMORY_MB,
             role=role,
             log_group=log_group,
             environment={
-                **package.environment,
                 AUDIT_TABLE_ENV: audit_table.table_name,
                 "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             },

@@ -19,9 +19,9 @@ import hashlib
 import importlib.metadata
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import cast
+from typing import Any, cast
 
 import jsii
 from aws_cdk import AssetHashType, Aws, BundlingOptions, DockerImage, ILocalBundling
@@ -173,4 +173,30 @@ class WorkerPackage(Construct):
             "PowertoolsLayer",
             f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
             f"{POWERTOOLS_LAYER_NAME}:{powertools_layer_version}",
+        )
+
+    def function(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        handler: str,
+        environment: Mapping[str, str],
+        **options: Any,
+    ) -> lambda_.Function:
+        """A function of this package: Conveyor's runtime and architecture, this code and layer, ``handler``.
+
+        ``environment`` is added to the package's own; ``options`` are the rest of ``lambda_.Function``'s
+        (description, timeout, memory, role, log group...).
+        """
+        return lambda_.Function(
+            scope,
+            construct_id,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            handler=handler,
+            code=self.code,
+            layers=[self.powertools_layer],
+            environment={**self.environment, **environment},
+            **options,
         )

@@ -32,6 +32,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from conveyor.contract import limits
 from conveyor.contract.declarations import Queue
 from conveyor.local.lambda_context import LocalLambdaContext
+from conveyor.local.periodic import Periodic
 from conveyor.local.provision import ProvisionedQueue
 from conveyor.ops.event_sources import EventSourceState
 
@@ -395,7 +396,7 @@ def run_batch(
     return len(done), failed == batch_ids
 
 
-class StateReader:
+class StateReader(Periodic):
     """Reads every queue's mapping state in one request every ``period_s``, and hands each poller its own.
 
     One read for all queues every few seconds, not one per queue per second: the local runtime's
@@ -409,23 +410,12 @@ class StateReader:
     ) -> None:
         self._read = read
         self._pollers = pollers
-        self._period_s = period_s
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="event-source-states", daemon=True)
+        super().__init__(self.refresh, period_s=period_s, name="event-source-states")
 
     def start(self) -> None:
         """Read once now (start the pollers after, so that a paused queue never receives), then every period."""
         self.refresh()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-
-    def join(self, deadline: float) -> bool:
-        """After ``stop``, wait until ``deadline`` (monotonic) for a read in progress; True if none is left."""
-        if self._thread.is_alive():
-            self._thread.join(max(0.0, deadline - time.monotonic()))
-        return not self._thread.is_alive()
+        super().start()
 
     def refresh(self) -> None:
         """Read every state once and apply each to its queue's poller; on failure, keep the last ones."""
@@ -437,7 +427,3 @@ class StateReader:
             log.exception(
                 "reading the event source states of queues %s failed; keeping the last ones", list(self._pollers)
             )
-
-    def _run(self) -> None:
-        while not self._stopping.wait(self._period_s):
-            self.refresh()

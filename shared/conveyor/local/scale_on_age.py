@@ -8,8 +8,6 @@ embedded AWS publishes ApproximateAgeOfOldestMessage every minute (conveyor.loca
 """
 
 import logging
-import threading
-import time
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
@@ -17,6 +15,7 @@ from typing import Any
 
 from conveyor.contract import naming
 from conveyor.contract.topology import Topology
+from conveyor.local.periodic import Periodic
 from conveyor.ops.event_sources import LocalEventSources
 from conveyor.worker.audit import AuditWriter
 from conveyor.worker.scale_on_age import ACTOR, PERIOD, AgeScaler, MappingState, read_ages
@@ -69,30 +68,16 @@ def local_scaler(
     )
 
 
-class ScaleLoop:
+class ScaleLoop(Periodic):
     """Runs the controller every ``period_s`` in a thread, as the EventBridge rule runs its function every minute."""
 
     def __init__(self, scaler: AgeScaler, *, period_s: float = PERIOD.total_seconds()) -> None:
         self.scaler = scaler
         self._period_s = period_s
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="scale-on-age", daemon=True)
+        super().__init__(self._tick, period_s=period_s, name="scale-on-age")
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-
-    def join(self, deadline: float) -> bool:
-        """After ``stop``, wait until ``deadline`` (monotonic) for a run in progress; True if none is left."""
-        if self._thread.is_alive():
-            self._thread.join(max(0.0, deadline - time.monotonic()))
-        return not self._thread.is_alive()
-
-    def _run(self) -> None:
-        while not self._stopping.wait(self._period_s):
-            try:
-                self.scaler.tick()
-            except Exception:  # a failed run is retried on the next period, as the rule's next invocation would
-                log.exception("the age controller's run failed; running again in %ss", self._period_s)
+    def _tick(self) -> None:
+        try:
+            self.scaler.tick()
+        except Exception:  # a failed run is retried on the next period, as the rule's next invocation would
+            log.exception("the age controller's run failed; running again in %ss", self._period_s)

@@ -44,7 +44,7 @@ from conveyor.contract.topology import Topology
 from conveyor.ops.dlq_entries import DlqEntry, DlqFilter, attribute, masked_data
 from conveyor.ops.dlq_scan import KEEP_EVERY_S, DlqScan
 from conveyor.ops.rate import RateLimiter
-from conveyor.ops.redrive import SAMPLE_SIZE, DlqSource, RedriveReport, UnroutableError
+from conveyor.ops.redrive import DlqSource, RedriveReport, UnroutableError, select
 from conveyor.ops.target import QueueTarget, Target, TargetNotFoundError
 from conveyor.sdk import outbox
 from conveyor.worker.relay import RELAY_SOURCE, SEQUENCE_NUMBER, Relay
@@ -235,12 +235,7 @@ class RelayRedrive:
     def run(self, report: RedriveReport, selection: DlqFilter, *, limit: int | None) -> RedriveReport:
         relays: dict[str, Relay] = {}
         with DlqScan(self.sqs, self.url, parse=relay_entry) as scan:
-            entries = scan.read_all()
-            matched = [entry for entry in entries if selection.matches(entry)][:limit]
-            chosen = {entry.message_id for entry in matched}
-            scan.release([entry for entry in entries if entry.message_id not in chosen])
-            report.scanned, report.matched, report.truncated = len(entries), len(matched), scan.truncated
-            report.samples = [entry.summary() for entry in matched[:SAMPLE_SIZE]]
+            matched = select(scan, selection, limit, report)
             if report.dry_run:
                 return report
             for entry in matched:

@@ -101,6 +101,20 @@ class RedriveReport:
     stopped: str | None = None
 
 
+def select(scan: DlqScan, selection: DlqFilter, limit: int | None, report: RedriveReport) -> list[DlqEntry]:
+    """The entries a redrive takes: what ``selection`` matches, at most ``limit``; the rest are released.
+
+    Fills the report's counts and samples.
+    """
+    entries = scan.read_all()
+    matched = [entry for entry in entries if selection.matches(entry)][:limit]
+    chosen = {entry.message_id for entry in matched}
+    scan.release([entry for entry in entries if entry.message_id not in chosen])
+    report.scanned, report.matched, report.truncated = len(entries), len(matched), scan.truncated
+    report.samples = [entry.summary() for entry in matched[:SAMPLE_SIZE]]
+    return matched
+
+
 @dataclass
 class Redrive:
     sqs: Any
@@ -125,12 +139,7 @@ class Redrive:
     def run(self, report: RedriveReport, selection: DlqFilter, *, limit: int | None, canary: int) -> RedriveReport:
         dry_run = report.dry_run
         with DlqScan(self.sqs, self.source.url, parse=self.source.parse) as scan:
-            entries = scan.read_all()
-            matched = [entry for entry in entries if selection.matches(entry)][:limit]
-            chosen = {entry.message_id for entry in matched}
-            scan.release([entry for entry in entries if entry.message_id not in chosen])
-            report.scanned, report.matched, report.truncated = len(entries), len(matched), scan.truncated
-            report.samples = [entry.summary() for entry in matched[:SAMPLE_SIZE]]
+            matched = select(scan, selection, limit, report)
             if dry_run:
                 return report
             first, rest = matched[:canary], matched[canary:]
