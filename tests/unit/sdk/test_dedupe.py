@@ -12,6 +12,7 @@ from conveyor.contract.declarations import DEFAULT_DEDUPE_WINDOW, StreamRule
 from conveyor.contract.envelope import parse_envelope
 from conveyor.contract.errors import DeclarationError, EnqueueError, TransactionConditionError
 from conveyor.contract.schema import envelope_schema
+from conveyor.contract.topology import Topology
 from conveyor.sdk import dedupe
 from conveyor.sdk.client import SEND_RETRY, JobClient
 from conveyor.sdk.dedupe import CLAIM_LEASE, DedupeKey, DedupeRecords
@@ -21,6 +22,8 @@ from functions.jobs.charge_order import ChargeOrder, charge_order
 from functions.jobs.send_welcome_email import WelcomeEmail, send_welcome_email
 from functions.topology import TOPOLOGY
 from tests.aws import Aws
+from tests.fixtures.relay_topology import FIFO
+from tests.fixtures.relay_topology import TOPOLOGY as FIFO_TOPOLOGY
 from tests.harness_support import requests_to
 
 START = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
@@ -283,3 +286,13 @@ def test_a_producer_outside_the_project_dedupes_with_the_schemas_window(aws: Aws
     first = outside.enqueue("send_welcome_email", {"user_id": "u-1"}, dedupe_key="k")
     assert outside.enqueue("send_welcome_email", {"user_id": "u-1"}, dedupe_key="k") == first
     assert len(messages(aws, "default")) == 1
+
+
+@pytest.mark.parametrize("topology", [FIFO_TOPOLOGY])
+def test_a_fifo_queue_dedupes_past_sqs_five_minutes(aws: Aws, topology: Topology, clock: Clock) -> None:
+    client = JobClient(topology, sqs_client=aws.sqs, dynamodb_client=aws.dynamodb, clock=clock)
+    first = client.enqueue("ship", {"order_id": "o-1"}, group="o-1", dedupe_key="ship-o-1")
+    clock.advance(timedelta(hours=1))  # SQS's own deduplication would have forgotten it
+    assert client.enqueue("ship", {"order_id": "o-1"}, group="o-1", dedupe_key="ship-o-1") == first
+    (message,) = messages(aws, FIFO)
+    assert message["Attributes"]["MessageDeduplicationId"] == "ship-o-1"
