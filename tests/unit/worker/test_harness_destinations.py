@@ -28,7 +28,7 @@ from conveyor.worker.destinations.metrics import BREAKER_OPEN, THROTTLED
 from conveyor.worker.destinations.slots import Slots
 from conveyor.worker.outcomes import Kind
 from tests.aws import Aws
-from tests.harness_support import QueueDriver, envelope, requests_to
+from tests.harness_support import QueueDriver, envelope, receive_count, requests_to
 
 CALLS: list[str] = []
 COOL_DOWN = timedelta(seconds=30)
@@ -222,8 +222,12 @@ def test_with_the_service_failing_every_call_retries_stay_within_the_budget_and_
     bodies = {f"job-{index}": body("budgeted", f"job-{index}", fail=True) for index in range(jobs)}
     for text in bodies.values():
         work.send(text)
-    for _ in range(jobs // 10):
-        work.run(*work.receive())
+    # First deliveries only: a retry whose short backoff ran out (moto's visibility runs on the wall
+    # clock) would spend the budget in the middle, so it is left hidden as if its backoff had not.
+    for _ in range(jobs):  # at most a receive per job; the assertion below says if some never ran
+        if len(calls) == jobs:
+            break
+        work.run(*[record for record in work.receive() if receive_count(record) == 1])
 
     retried = outcomes_of(work, Kind.RETRIED)
     exhausted = [r for r in outcomes_of(work, Kind.DEAD_LETTERED) if r == Reason.RETRY_BUDGET_EXHAUSTED]
@@ -242,8 +246,10 @@ def test_over_a_budget_declared_to_snooze_a_retry_waits_about_one_budget_window(
     for index in range(jobs):
         work.send(body("patient", f"job-{index}", fail=True))
     with requests_to(work.aws.sqs, "ChangeMessageVisibility") as backoffs:
-        while len(work.outcomes) < jobs:
-            work.run(*work.receive())
+        for _ in range(jobs):  # first deliveries only, as above
+            if len(work.outcomes) == jobs:
+                break
+            work.run(*[record for record in work.receive() if receive_count(record) == 1])
 
     window = Destination("patient").budget_window.total_seconds()
     delays = [request["VisibilityTimeout"] for request in backoffs]
