@@ -128,6 +128,30 @@ def counting() -> Iterator[RequestCounter]:
         boto3.DEFAULT_SESSION = None
 
 
+@contextmanager
+def builtin_handlers_restored() -> Iterator[None]:
+    """botocore's BUILTIN_HANDLERS as they were, once the block ends.
+
+    An in-process moto's block installs process-wide hooks (strict mode's, moto_concurrency's,
+    conveyor.testing's record of sends); those it added leave with it, so the rows after it make
+    their clients as before.
+    """
+    before = list(BUILTIN_HANDLERS)
+    try:
+        yield
+    finally:
+        for handler in [handler for handler in BUILTIN_HANDLERS if handler not in before]:
+            BUILTIN_HANDLERS.remove(handler)
+
+
+def by_operation(counts: Counts) -> Counter[str]:
+    """The counts by ``service.Operation``, whatever queue or table each named."""
+    operations: Counter[str] = Counter()
+    for call, count in counts.items():
+        operations[call.name] += count
+    return operations
+
+
 def per_job(counts: Counts, jobs: int, keep: Callable[[Call], bool] = lambda call: True) -> dict[str, float]:
     """Requests per job by ``service.Operation``, of the calls ``keep`` accepts, largest first."""
     totals: Counter[str] = Counter()

@@ -14,7 +14,6 @@ promise: one UpdateItem for a token in the common case.
 
 import os
 import random
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,10 +23,9 @@ from typing import Any
 from unittest import mock
 
 import boto3
-from botocore.handlers import BUILTIN_HANDLERS
 from moto import mock_aws
 
-from bench.counting import Counts, RequestCounter, counting
+from bench.counting import Counts, RequestCounter, builtin_handlers_restored, by_operation, counting
 from bench.figures import Figure, Row, Table, Target
 from conveyor.contract.declarations import Queue
 from conveyor.contract.destinations import Breaker, Destination, RateLimit
@@ -286,23 +284,18 @@ def scenarios(calls: int) -> tuple[Scenario, ...]:
 def in_process_aws() -> Iterator[None]:
     """In-process moto held to AWS's limits (strict mode), as the tests' is; nothing reaches a real endpoint.
 
-    Strict mode's and moto_concurrency's installs are idempotent. Strict mode's hooks go into botocore's
-    BUILTIN_HANDLERS; those this block added leave with it, so the rows after it make their clients as before.
+    Strict mode's and moto_concurrency's installs are idempotent; the hooks they add to botocore's
+    BUILTIN_HANDLERS leave with the block (bench.counting.builtin_handlers_restored).
     The workers' output (the guard's EMF lines, a breaker's log) is discarded, as the other rows send it to a file.
     """
-    before = list(BUILTIN_HANDLERS)
-    strict.install()
-    moto_concurrency.install()
-    added = [handler for handler in BUILTIN_HANDLERS if handler not in before]
-    try:
+    with builtin_handlers_restored():
+        strict.install()
+        moto_concurrency.install()
         with mock.patch.dict(os.environ, embedded_environment()):
             for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
                 os.environ.pop(name, None)
             with mock_aws(), worker_logs_to(Path(os.devnull)):
                 yield
-    finally:
-        for handler in added:
-            BUILTIN_HANDLERS.remove(handler)
 
 
 def measure(*, calls: int) -> Row:
@@ -329,18 +322,11 @@ def _measure(scenario: Scenario, client: Any, table: str, counter: RequestCounte
     return Measured(scenario, steps * scenario.per_step, first, counter.since(before))
 
 
-def _by_operation(counts: Counts) -> Counter[str]:
-    operations: Counter[str] = Counter()
-    for call, count in counts.items():
-        operations[call.name] += count
-    return operations
-
-
 def row(measured: tuple[Measured, ...], *, refused: int = 0) -> Row:
     figures = tuple(Figure(m.scenario.describe(m.calls), m.per_call, UNIT, target=m.scenario.target) for m in measured)
     lines = []
     for m in measured:
-        first, rest = _by_operation(m.first), _by_operation(m.rest)
+        first, rest = by_operation(m.first), by_operation(m.rest)
         for operation in sorted(first.keys() | rest.keys()):
             lines.append(
                 (
@@ -371,8 +357,8 @@ def row(measured: tuple[Measured, ...], *, refused: int = 0) -> Row:
     data: dict[str, Any] = {
         m.scenario.label: {
             "calls": m.calls,
-            "first": dict(_by_operation(m.first)),
-            "measured": dict(_by_operation(m.rest)),
+            "first": dict(by_operation(m.first)),
+            "measured": dict(by_operation(m.rest)),
         }
         for m in measured
     }

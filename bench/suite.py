@@ -1,7 +1,8 @@
 """The whole suite in the order that keeps the rows apart: in-process rows first, then the local runtime's.
 
-The destinations' limits row counts requests on an in-process moto of its own, first: it needs no
-server, and its moto is gone (and its strict-mode hooks removed) before anything else runs. The
+The destinations' limits row, then the dedupe and effect ledger row, count requests each on an
+in-process moto of its own, first: they need no server, and each one's moto is gone (and its
+strict-mode hooks removed) before anything else runs. The
 CPU and import rows run before any embedded AWS exists, so no server or poller thread shares
 the process (or its CPU time) with them. Then one embedded AWS serves, in turn: the project's
 runtime idling, then running each job type's window; the throughput runs; Celery. Every request
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import celery_row, harness_cpu, idle, imports, limits_row, profiles, throughput
+from bench import celery_row, dedupe_effects_row, harness_cpu, idle, imports, limits_row, profiles, throughput
 from bench.counting import RequestCounter, counting
 from bench.figures import Row
 from bench.local import embedded_aws, running, runtime_for, worker_log
@@ -28,7 +29,7 @@ from conveyor.local.embedded import EmbeddedAws
 from functions.topology import TOPOLOGY
 
 Progress = Callable[[str], None]
-# The rows in the report's order (issue 16's, then issue 17's), by key and title.
+# The rows in the report's order (issue 16's, then issue 17's, then issue 21's), by key and title.
 ROWS = (
     (profiles.KEY, profiles.TITLE),
     (idle.KEY, idle.TITLE),
@@ -37,6 +38,7 @@ ROWS = (
     (throughput.KEY, throughput.TITLE),
     (celery_row.KEY, celery_row.TITLE),
     (limits_row.KEY, limits_row.TITLE),
+    (dedupe_effects_row.KEY, dedupe_effects_row.TITLE),
 )
 
 
@@ -54,6 +56,11 @@ class Sizes:
     depths: tuple[int, ...]
     # Calls of each destination-limits scenario (jobs, for the retry budget's batches).
     limit_calls: int
+    # Jobs of each dedupe-at-enqueue scenario, and jobs of one effect each run through the harness twice. The
+    # counts per job do not grow with them; in-process moto slows as its queue and tables fill (1,000 jobs a
+    # scenario took 8 minutes on 2 cores).
+    dedupe_jobs: int
+    effect_jobs: int
 
 
 FULL = Sizes(
@@ -67,6 +74,8 @@ FULL = Sizes(
     import_runs=9,
     depths=(100, 1_000),
     limit_calls=1_000,
+    dedupe_jobs=200,
+    effect_jobs=100,
 )
 QUICK = Sizes(
     jobs_per_type=3,
@@ -79,6 +88,8 @@ QUICK = Sizes(
     import_runs=1,
     depths=(10, 20),
     limit_calls=20,
+    dedupe_jobs=20,
+    effect_jobs=5,
 )
 
 
@@ -110,6 +121,12 @@ class Suite:
             limits_row.KEY,
             f"DynamoDB requests through destinations' limits, {sizes.limit_calls:,} calls a scenario",
             lambda: limits_row.measure(calls=sizes.limit_calls),
+        )
+        self._measure(
+            dedupe_effects_row.KEY,
+            f"requests of dedupe at enqueue, {sizes.dedupe_jobs:,} jobs a scenario, and of the effect ledger, "
+            f"{sizes.effect_jobs:,} effects",
+            lambda: dedupe_effects_row.measure(jobs=sizes.dedupe_jobs, effect_jobs=sizes.effect_jobs),
         )
         self._measure(imports.KEY, "cold import", lambda: imports.measure(runs=sizes.import_runs))
         self._measure(
