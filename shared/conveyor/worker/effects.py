@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -302,7 +302,7 @@ class RunEffects:
         *,
         job_id: str,
         attempt: int,
-        sensitive: list[str],
+        sensitive: Callable[[], list[str]],
         now: datetime,
     ) -> None:
         self._ledger = ledger
@@ -343,8 +343,13 @@ class RunEffects:
         summary = bounded_summary(result, self._mask)
         self._write(name, key, lambda: self._ledger.confirm(name, key, result=summary))
 
+    @cached_property
+    def _sensitive_values(self) -> list[str]:
+        # Found only when an effect is recorded: most runs record none, and the payload's dump is not free.
+        return self._sensitive()
+
     def _mask(self, text: str) -> str:
-        return mask_values(text, self._sensitive)
+        return mask_values(text, self._sensitive_values)
 
     @staticmethod
     def _write(name: str, key: str, write: Callable[[], None]) -> None:

@@ -307,7 +307,7 @@ class Harness:
                 job_id=envelope.id,
                 attempt=delivery.attempt,
                 # The loaded payload, defaults included: a sensitive default is as sensitive as a value sent.
-                sensitive=sensitive_values(job_type.model, payload.model_dump(mode="json")),
+                sensitive=lambda: sensitive_values(job_type.model, payload.model_dump(mode="json")),
                 now=now,
             ),
         )
