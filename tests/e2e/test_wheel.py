@@ -44,6 +44,9 @@ BUILD_TIMEOUT_S = 600.0
 INSTALL_TIMEOUT_S = 900.0
 RUN_TIMEOUT_S = 120.0
 OUTPUT_TAIL_CHARS = 3000
+# One xdist worker runs this module, so the module's one build is the only one: two builds of the
+# checkout at once race on the sdist's staging directory setuptools makes inside it (conveyor-<version>/).
+pytestmark = pytest.mark.xdist_group("wheel-build")
 
 # Run in the fresh venv: a producer outside the project, with the SDK and the schema only.
 PRODUCER = """
