@@ -14,10 +14,9 @@ from conveyor.contract.envelope import parse_envelope
 from conveyor.contract.payloads import MASK
 from conveyor.contract.relay_settings import OUTBOX_SOURCE
 from conveyor.contract.topology import Topology
-from conveyor.ops import target as target_module
 from conveyor.worker.relay import Relay
 from tests.aws import Aws
-from tests.cli_support import conveyor
+from tests.cli_support import conveyor, conveyor_json
 from tests.fixtures.relay_topology import ORDERS, STANDARD, TOPOLOGY, charge
 from tests.unit.worker.test_relay import charge_envelope, order_record, outbox_item, outbox_record, stream_event
 
@@ -41,12 +40,6 @@ def topology() -> Topology:
     return TOPOLOGY
 
 
-@pytest.fixture
-def local(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Aws:
-    monkeypatch.setattr(target_module, "is_local", lambda: True)
-    return aws
-
-
 def poison(aws: Aws, *items: dict[str, Any], topology: Topology = BEFORE) -> None:
     """The relay, under ``topology``, dead-letters each outbox item it cannot turn into a job."""
     relay = Relay(
@@ -61,9 +54,7 @@ def dlq(*argv: str) -> tuple[int, str, str]:
 
 
 def dlq_json(*argv: str) -> Any:
-    code, out, err = dlq(*argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
+    return conveyor_json(*SPEC, "dlq", *argv)
 
 
 def sent(aws: Aws) -> list[str]:

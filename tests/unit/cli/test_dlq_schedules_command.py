@@ -17,9 +17,8 @@ from conveyor.contract.envelope import parse_envelope
 from conveyor.contract.schedules import Schedule
 from conveyor.contract.topology import Topology
 from conveyor.local.scheduler import LocalScheduler, ScheduleClock
-from conveyor.ops import target as target_module
 from tests.aws import Aws
-from tests.cli_support import conveyor
+from tests.cli_support import conveyor, conveyor_json
 from tests.fixtures.schedule_topology import HEARTBEAT, NIGHTLY_REPORT, TOPOLOGY, build_report
 
 SPEC = ("--topology", "tests.fixtures.schedule_topology:TOPOLOGY")
@@ -32,13 +31,6 @@ ELSEWHERE = "arn:aws:sqs:us-east-1:123456789012:somewhere-else"
 @pytest.fixture
 def topology() -> Topology:
     return TOPOLOGY
-
-
-@pytest.fixture
-def local(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Aws:
-    """The CLI finds the local runtime's fixed names, here in the in-process moto."""
-    monkeypatch.setattr(target_module, "is_local", lambda: True)
-    return aws
 
 
 def fired(aws: Aws, *schedules: Schedule, target_arn: str | None = None) -> None:
@@ -62,9 +54,7 @@ def dlq(*argv: str) -> tuple[int, str, str]:
 
 
 def dlq_json(*argv: str) -> Any:
-    code, out, err = dlq(*argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
+    return conveyor_json(*SPEC, "dlq", *argv)
 
 
 def queued(aws: Aws) -> list[str]:

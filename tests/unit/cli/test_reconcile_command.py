@@ -13,7 +13,6 @@ import pytest
 from conveyor.cli.support import EXIT_NOT_FOUND, EXIT_USAGE
 from conveyor.contract.effects import Status, default_key
 from conveyor.contract.topology import Topology
-from conveyor.ops import target as target_module
 from conveyor.ops.audit import AuditLog
 from conveyor.ops.reconcile import AUDIT_ACTION
 from conveyor.worker.effects import item_key, record_of
@@ -31,12 +30,9 @@ def topology() -> Topology:
     return TOPOLOGY
 
 
-@pytest.fixture
-def local(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Aws:
-    """The CLI finds the local runtime's fixed names, here in the in-process moto (no endpoint to point at)."""
-    monkeypatch.setattr(target_module, "is_local", lambda: True)
+@pytest.fixture(autouse=True)
+def no_charges_yet() -> None:
     PROVIDER.reset()
-    return aws
 
 
 def crash(aws: Aws, order: str, fail: str, *, ago: timedelta) -> str:
