@@ -29,6 +29,8 @@ PROFILE_KEYS = {
 }
 REQUEST_NAME = re.compile(r"[a-z0-9]+\.[A-Z][A-Za-z]+")
 QUICK_RUN_TIMEOUT_S = 120
+# One xdist worker runs this module, so the quick run (the whole suite at tiny sizes) happens once.
+pytestmark = pytest.mark.xdist_group("bench-quick-run")
 
 
 @pytest.fixture(scope="module")
