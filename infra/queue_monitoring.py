@@ -80,9 +80,15 @@ class QueueMonitoring(Construct):
         )
         counts = {
             key: job_metric(name, queue, job_type)
-            for key, name in (("ok", names.SUCCEEDED), ("retried", names.RETRIED), ("dead", names.DEAD_LETTERED))
+            for key, name in (
+                ("ok", names.SUCCEEDED),
+                ("retried", names.RETRIED),
+                ("dead", names.DEAD_LETTERED),
+                ("discarded", names.DISCARDED),
+            )
         }
-        runs = "(FILL(ok, 0) + FILL(retried, 0) + FILL(dead, 0))"
+        # Every run that ended: a discard is one too, or a type that discards much would read a higher rate.
+        runs = "(FILL(ok, 0) + FILL(retried, 0) + FILL(dead, 0) + FILL(discarded, 0))"
         self._add(
             f"{job_type}-RetryRate",
             f"{job_type} retries more than {self._queue.max_retry_rate:.0%} of its runs",

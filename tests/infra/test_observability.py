@@ -54,9 +54,9 @@ def test_retry_rate_alarm_divides_retries_by_runs(synthesized: Synthesized, queu
     ]
     (alarm,) = candidates
     (expression,) = [m["Expression"] for m in alarm["Metrics"] if "Expression" in m]
-    assert "FILL(retried, 0) / (FILL(ok, 0) + FILL(retried, 0) + FILL(dead, 0))" in expression
+    assert "FILL(retried, 0) / (FILL(ok, 0) + FILL(retried, 0) + FILL(dead, 0) + FILL(discarded, 0))" in expression
     names = {m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if "MetricStat" in m}
-    assert names == {"Succeeded", "Retried", "DeadLettered"}
+    assert names == {"Succeeded", "Retried", "DeadLettered", "Discarded"}
     assert alarm["Threshold"] == TOPOLOGY.queue(queue).max_retry_rate
     assert alarm["AlarmActions"] == topic(synthesized)
 

@@ -75,12 +75,12 @@ SUCCESS_METRICS = (metrics.SUCCEEDED, metrics.DURATION, metrics.QUEUE_WAIT, metr
 RELAY_METRICS = (relay.RELAYED, relay.DEDUPLICATED, relay.POISONED, relay.FAILED)
 # The stack's alarms (infra/job_queue.py, queue_monitoring.py, outbox_relay.py, schedules.py) in alarm
 # metrics: per queue, age, DLQ depth, errors, throttles and saturation; per job type, p99 latency, the
-# retry rate (a metric-math alarm reading 3 metrics) and dead letters; per relay (the outbox's and one
+# retry rate (a metric-math alarm reading 4 metrics) and dead letters; per relay (the outbox's and one
 # per streamed table) its iterator age, and the relay DLQ's depth; per schedule its dead man's switch
 # (and one per shard of a sharded schedule), and the schedules DLQ's depth. For this project's topology:
-# 55, as its synthesized template holds.
+# 61, as its synthesized template holds.
 ALARM_METRICS_PER_QUEUE = 5
-ALARM_METRICS_PER_JOB_TYPE = 5
+ALARM_METRICS_PER_JOB_TYPE = 6
 ALARM_METRICS_PER_RELAY = 1
 ALARM_METRICS_PER_SCHEDULE = 1
 ALARM_METRICS_PER_DLQ = 1

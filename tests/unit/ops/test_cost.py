@@ -187,9 +187,9 @@ def test_each_job_types_requests_and_dollars_match_the_hand_computed_figures() -
 
 def test_the_total_is_the_lines_plus_the_fixed_alarms_and_metrics() -> None:
     found = month()
-    # 2 job types x 4 success metrics + the outbox relay's 4; 2 queues x 5 + 2 job types x 5 + relay + relay DLQ.
-    assert found.fixed.usage == {Meter.CUSTOM_METRICS: 12, Meter.ALARM_METRICS: 22}
-    assert found.fixed.total == pytest.approx(12 * 0.3 + 22 * 0.1)
+    # 2 job types x 4 success metrics + the outbox relay's 4; 2 queues x 5 + 2 job types x 6 + relay + relay DLQ.
+    assert found.fixed.usage == {Meter.CUSTOM_METRICS: 12, Meter.ALARM_METRICS: 24}
+    assert found.fixed.total == pytest.approx(12 * 0.3 + 24 * 0.1)
     assert found.total == pytest.approx(sum(line.total for line in found.lines) + found.fixed.total)
     assert found.per_million_jobs == pytest.approx(found.total)
     assert found.jobs == pytest.approx(1_000_000)
@@ -236,16 +236,16 @@ def test_the_table_shows_each_job_types_quantities_and_dollars_the_total_and_eve
     assert quantities == ["alpha", "std", "750K", "300K", "1.5M", "1.5M", "75K", "75K", "0.724", "75K"]
     total = next(line.split() for line in lines if line.startswith("total "))
     assert total[-2] == total[-1]  # a month of 1M jobs costs its $ per million jobs
-    assert "(fixed): 22 alarm metrics and 12 custom metrics the stack keeps whatever the load" in lines
+    assert "(fixed): 24 alarm metrics and 12 custom metrics the stack keeps whatever the load" in lines
     assert "prices: test-1 as of 2026-12-01; profile measured 2026-12-01T12:00:00+00:00" in lines
     assert len([line for line in lines if line.startswith("assumed: ")]) == len(month().assumptions)
     assert lines[-1].startswith("not counted: ")
 
 
-def test_this_projects_stack_counts_55_alarm_metrics_and_38_custom_metrics() -> None:
+def test_this_projects_stack_counts_61_alarm_metrics_and_38_custom_metrics() -> None:
     # 43 alarms in the synthesized template (4 of them sweep-accounts' per-shard dead man's switches),
-    # 6 of them retry-rate alarms reading 3 metrics each.
-    assert alarm_metrics(TOPOLOGY) == 55
+    # 6 of them retry-rate alarms reading 4 metrics each.
+    assert alarm_metrics(TOPOLOGY) == 61
     # 6 job types x 4, 2 relays (the outbox, the orders stream) x 4, 2 schedules and sweep-accounts' 4 shards.
     assert custom_metrics(TOPOLOGY) == 38
 
