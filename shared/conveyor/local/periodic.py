@@ -20,10 +20,11 @@ class Periodic:
     def stop(self) -> None:
         self._stopping.set()
 
-    def join(self, deadline: float) -> bool:
-        """After ``stop``, wait until ``deadline`` (monotonic) for a call in progress; True if none is left."""
+    def join(self, deadline: float | None = None) -> bool:
+        """After ``stop``, wait until ``deadline`` (monotonic; None: however long) for a call in progress;
+        True if none is left."""
         if self._thread.is_alive():
-            self._thread.join(max(0.0, deadline - time.monotonic()))
+            self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not self._thread.is_alive()
 
     def _loop(self) -> None:
