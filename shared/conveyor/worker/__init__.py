@@ -11,14 +11,15 @@ from conveyor.lazy import exports
 
 if TYPE_CHECKING:
     from conveyor.worker.handler import make_handler
-    from conveyor.worker.lease import InvalidLeaseError, Lease, LeaseError, LeaseLostError, Leases
+    from conveyor.worker.lease import Leases
+    from conveyor.worker.lease_values import InvalidLeaseError, Lease, LeaseError, LeaseLostError
     from conveyor.worker.relay import make_relay_handler
 
 _ORIGINS = {
-    "InvalidLeaseError": "conveyor.worker.lease",
-    "Lease": "conveyor.worker.lease",
-    "LeaseError": "conveyor.worker.lease",
-    "LeaseLostError": "conveyor.worker.lease",
+    "InvalidLeaseError": "conveyor.worker.lease_values",
+    "Lease": "conveyor.worker.lease_values",
+    "LeaseError": "conveyor.worker.lease_values",
+    "LeaseLostError": "conveyor.worker.lease_values",
     "Leases": "conveyor.worker.lease",
     "make_handler": "conveyor.worker.handler",
     "make_relay_handler": "conveyor.worker.relay",

@@ -17,7 +17,6 @@ resource and refusing an older one. docs/leases.md is the contract.
 """
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -25,8 +24,9 @@ from botocore.exceptions import ClientError
 
 from conveyor.contract import limits
 from conveyor.contract.durations import format_duration
-from conveyor.contract.errors import ConveyorError, TransactionCanceledError, TransactionConditionError
+from conveyor.contract.errors import TransactionCanceledError, TransactionConditionError
 from conveyor.contract.timestamps import parse_utc, utc_text
+from conveyor.worker.lease_values import InvalidLeaseError, Lease, LeaseError, LeaseLostError
 
 # The item. ``expires_at`` is whole epoch seconds, the form DynamoDB TTL reads; see docs/leases.md
 # before enabling TTL on it, as a deleted item restarts the token.
@@ -63,33 +63,6 @@ _HELD = f"{_HOLDER} = :lease_holder AND {_TOKEN} = :lease_token"
 _LIVE = f"{_HELD} AND {_EXPIRES_AT} > :lease_now"
 _EXTEND = f"SET {_EXPIRES_AT} = :lease_expires_at"
 _CLEAR = f"REMOVE {_HOLDER}, {_EXPIRES_AT}, {_ACQUIRED_AT}"
-
-
-class LeaseError(ConveyorError):
-    """Base of the lease helper's exceptions."""
-
-
-class InvalidLeaseError(LeaseError, ValueError):
-    """Misuse caught before any call: a TTL out of range, too many writes for one transaction."""
-
-
-@dataclass(frozen=True)
-class Lease:
-    """``holder``'s claim on ``name`` until ``expires_at``; a larger ``token`` is a later holder."""
-
-    name: str
-    holder: str
-    token: int
-    acquired_at: datetime
-    expires_at: datetime
-
-
-class LeaseLostError(LeaseError):
-    """The holder of ``lease`` no longer holds it: taken over, released or expired. Stop the work."""
-
-    def __init__(self, message: str, *, lease: Lease) -> None:
-        super().__init__(message)
-        self.lease = lease
 
 
 class FenceCondition(NamedTuple):

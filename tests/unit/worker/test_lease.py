@@ -14,7 +14,8 @@ from moto import mock_aws
 from conveyor.contract import naming
 from conveyor.contract.errors import TransactionConditionError
 from conveyor.worker import lease
-from conveyor.worker.lease import InvalidLeaseError, Lease, LeaseLostError, Leases
+from conveyor.worker.lease import Leases
+from conveyor.worker.lease_values import InvalidLeaseError, Lease, LeaseLostError
 
 LEASES = naming.table_name(naming.LEASES_TABLE)
 REPORTS = "conveyor-reports"  # a resource the lease protects

@@ -18,7 +18,8 @@ from conveyor.contract.schedules import MissedReason, Schedule
 from conveyor.contract.topology import Topology
 from conveyor.ops.schedule_pauses import SchedulePauses
 from conveyor.worker import missed_runs
-from conveyor.worker.lease import Lease, Leases
+from conveyor.worker.lease import Leases
+from conveyor.worker.lease_values import Lease
 from conveyor.worker.outcomes import Kind
 from conveyor.worker.schedule_runs import CAUGHT_UP, PauseWindow, RunStatus, ScheduleRuns, occurrence_job_id
 from tests.aws import Aws
