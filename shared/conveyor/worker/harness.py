@@ -10,7 +10,6 @@ and run audit, in conveyor.worker.schedule_runs.
 
 import math
 import random
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -50,6 +49,7 @@ from conveyor.worker.destinations.guard import DestinationLimits, JobGuard
 from conveyor.worker.effects import EffectLedger, RunEffects
 from conveyor.worker.heartbeat import DEADLINE_MARGIN, Heartbeats, lease_for
 from conveyor.worker.idempotency import Completion, Discarded, IdempotentRunner, record_lifetime
+from conveyor.worker.lease_values import LeaseLostError
 from conveyor.worker.missed_runs import ScheduledRuns
 from conveyor.worker.outcomes import JobOutcome, Kind, Observer, ignore
 from conveyor.worker.timeouts import time_limit
@@ -87,13 +87,6 @@ def job_traceback(error: BaseException) -> str:
     first = next((index for index, frame in enumerate(frames) if not frame.filename.startswith(_RUNNER_DIRS)), 0)
     trace.stack = traceback.StackSummary.from_list(frames[first:])
     return "".join(trace.format()).rstrip()
-
-
-def _lease_lost(error: BaseException) -> bool:
-    """Whether ``error`` is a LeaseLostError, without loading leases into every worker's cold start: a job
-    that took a lease has imported conveyor.worker.lease already."""
-    lease = sys.modules.get("conveyor.worker.lease")
-    return lease is not None and isinstance(error, lease.LeaseLostError)
 
 
 class RetryScheduledError(Exception):
@@ -225,15 +218,11 @@ class Harness:
             self._requeue(record, delivery, envelope, now, delivery.not_before - now, Kind.SNOOZED)
             return
         age = now - delivery.deadline_start(envelope.created_at)
-        if (
-            age > job_type.retry.max_wall_time
-            and self._scheduled
-            and self._scheduled.paused_past_deadline(envelope, delivery.attempt)
-        ):
-            # It waited out a pause of its queue: an operator's decision, not a failure to dead-letter.
-            self._report(Kind.DISCARDED, delivery, envelope, reason=MissedReason.PAUSED)
-            return
         if age > job_type.retry.max_wall_time:
+            if self._scheduled and self._scheduled.paused_past_deadline(envelope, delivery.attempt):
+                # It waited out a pause of its queue: an operator's decision, not a failure to dead-letter.
+                self._report(Kind.DISCARDED, delivery, envelope, reason=MissedReason.PAUSED)
+                return
             deadline = ContractError(
                 Reason.DEADLINE_EXCEEDED,
                 f"enqueued (or redriven) {age.total_seconds():.0f}s ago, past max_wall_time "
@@ -332,15 +321,10 @@ class Harness:
                 except Snooze:
                     snoozed = True  # not an attempt: the job runs again as the same attempt
                     raise
-                except Exception as error:
-                    # A scheduled run whose lease passed to a new holder: its work is theirs now, let it go.
-                    if not (
-                        _lease_lost(error)
-                        and self._scheduled
-                        and self._scheduled.lease_lost(envelope, delivery.attempt)
-                    ):
+                except LeaseLostError as lost:  # a scheduled run's work passed to the lease's new holder: let it go
+                    if self._scheduled is None or not self._scheduled.lease_lost(envelope, delivery.attempt):
                         raise
-                    return Discarded(truncate(self._describe(error, envelope)))
+                    return Discarded(truncate(self._describe(lost, envelope)))
                 finally:
                     if delivery.attempt == 1 and not snoozed:  # retries count when scheduled (admit_retry)
                         self._limits.count_first(job_type, guard.used)
