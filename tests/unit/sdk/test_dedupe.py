@@ -296,3 +296,20 @@ def test_a_fifo_queue_dedupes_past_sqs_five_minutes(aws: Aws, topology: Topology
     assert client.enqueue("ship", {"order_id": "o-1"}, group="o-1", dedupe_key="ship-o-1") == first
     (message,) = messages(aws, FIFO)
     assert message["Attributes"]["MessageDeduplicationId"] == "ship-o-1"
+
+
+def test_a_transaction_whose_key_another_producer_holds_writes_nothing(
+    aws: Aws, client: JobClient, clock: Clock, sleeps: list[float]
+) -> None:
+    DedupeRecords(aws.dynamodb, aws.provisioned.dedupe_table, clock=clock).claim(
+        DedupeKey("charge_order", "c-1", DEFAULT_DEDUPE_WINDOW), "job-of-a-producer"
+    )
+    fresh = JobRequest(send_welcome_email, welcome(), dedupe_key="k")
+    with pytest.raises(EnqueueError, match="transact: nothing was written") as raised:
+        client.transact([place_order(aws, "o-1")], [charge("o-1"), fresh])
+    (why,) = raised.value.rejected.values()
+    assert "job job-of-a-producer is being enqueued by another producer" in why
+    assert raised.value.accepted == []
+    assert outbox_ids(aws) == []
+    assert aws.dynamodb.scan(TableName=aws.provisioned.tables["orders"])["Items"] == []
+    assert record(aws, "send_welcome_email", "k") is None  # the other job's claim, freed

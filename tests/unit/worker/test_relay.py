@@ -519,3 +519,15 @@ def test_a_dedupe_key_function_that_raises_makes_the_record_poison(aws: Aws, top
     error = dead["MessageAttributes"]["conveyor.error"]["StringValue"]
     assert "rule 'receipt-once-per-order': dedupe_key raised KeyError" in error
     assert bodies(aws, STANDARD) == []
+
+
+def test_a_dedupe_table_that_cannot_be_written_makes_the_record_come_again(aws: Aws, logs: io.StringIO) -> None:
+    settings = replace(aws.provisioned.relay_settings(OUTBOX_SOURCE), dedupe_table="no-such-table")
+    broken = Relay(TOPOLOGY, settings, sqs_client=aws.sqs, dynamodb_client=aws.dynamodb)
+    keyed = outbox_record(aws, outbox_item(STANDARD, keyed_envelope("checkout-1"), job_id="job-1"))
+    plain = outbox_record(aws, outbox_item(STANDARD, charge_envelope("o-2"), job_id="job-2"))
+    assert broken.handle(stream_event(keyed, plain)) == failures(keyed)
+    # The record without a key went out; the keyed one is neither sent nor dead-lettered: Lambda retries it.
+    assert [parse_envelope(body).data["order_id"] for body in bodies(aws, STANDARD)] == ["o-2"]
+    assert drain(aws, aws.provisioned.relay_dlq_url) == []
+    assert "could not claim a dedupe key; the record comes again" in logs.getvalue()
